@@ -1,0 +1,1 @@
+"""Statewise: stateful LLM agents whose session state is never lost."""

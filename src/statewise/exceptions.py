@@ -1,0 +1,173 @@
+"""Every error statewise raises, in one tree.
+
+    StatewiseError
+    ├── ConfigurationError            bad constructor arguments, unknown model strings
+    │   └── MissingDependencyError    an optional extra is not installed (names the extra)
+    ├── StateError
+    │   ├── StateSerializationError   a value that is not JSON (names the path and the type)
+    │   ├── StateValidationError      a write that breaks state_schema (names key and reason)
+    │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
+    │   ├── StateConflictError        a `strict` key set to different values concurrently
+    │   └── TempScopeError            a `temp:` key written outside a run
+    ├── StorageError
+    │   ├── InvalidIdError            a session/user id that is not a short printable string
+    │   ├── SessionNotFoundError
+    │   ├── CorruptRecordError        a stored row that cannot be decoded (names the session)
+    │   ├── VersionConflict           internal: a compare-and-swap lost the race
+    │   ├── SchemaVersionError        the database was written by an unknown schema version
+    │   └── DatabaseUnavailableError  cannot reach or open the database (password masked)
+    ├── SecretsError                  missing or wrong STATEWISE_ENCRYPTION_KEY
+    ├── ModelError
+    │   ├── ModelHTTPError            the provider answered with an error status
+    │   │   ├── ModelAuthenticationError
+    │   │   ├── ModelRateLimitError
+    │   │   └── ContextLengthExceededError
+    │   ├── MalformedResponseError    the provider's answer does not parse
+    │   └── ModelRequestsDisabledError real requests were switched off (tests)
+    └── RunError                      a run cannot go on (no model, step limit, ...)
+        └── UnknownToolError
+
+Errors a model can act on (a tool that raises, bad tool arguments, an unknown tool) never
+surface as exceptions: they go back to the model as the tool's result.
+"""
+
+from __future__ import annotations
+
+
+class StatewiseError(Exception):
+    """Base of every statewise error."""
+
+
+class ConfigurationError(StatewiseError, ValueError):
+    """An object was built with arguments that cannot work."""
+
+
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package!r} is not installed; install it with: pip install 'statewise[{extra}]'"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class StateError(StatewiseError):
+    """Something is wrong with a state value or operation."""
+
+
+class StateSerializationError(StateError, TypeError):
+    """A value written to state is not JSON-serializable."""
+
+
+class StateValidationError(StateError, ValueError):
+    """A write does not satisfy the declared state schema."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"invalid value for state key {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class StateOpError(StateError, TypeError):
+    """An operation cannot apply to the value at its path."""
+
+
+class StateConflictError(StateError):
+    """A key declared `strict` was set to different values by concurrent writers."""
+
+    def __init__(self, path: str, theirs: object, ours: object) -> None:
+        super().__init__(
+            f"conflicting writes to strict state key {path!r}: "
+            f"stored value {theirs!r}, this run wrote {ours!r}"
+        )
+        self.path = path
+        self.theirs = theirs
+        self.ours = ours
+
+
+class TempScopeError(StateError):
+    """`temp:` keys only exist during a run."""
+
+
+class StorageError(StatewiseError):
+    """The database could not do what was asked."""
+
+
+class InvalidIdError(StorageError, ValueError):
+    """A session or user id is not acceptable."""
+
+
+class SessionNotFoundError(StorageError, KeyError):
+    """No session with that id exists."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else "session not found"
+
+
+class CorruptRecordError(StorageError):
+    """A stored record cannot be decoded."""
+
+
+class VersionConflict(StorageError):
+    """A compare-and-swap lost: the stored version moved since the commit's base."""
+
+    def __init__(self, scope: str, expected: int, actual: int | None = None) -> None:
+        super().__init__(f"{scope}: expected version {expected}, stored version is {actual}")
+        self.scope = scope
+        self.expected = expected
+        self.actual = actual
+
+
+class SchemaVersionError(StorageError):
+    """The database schema was written by a different statewise version."""
+
+
+class DatabaseUnavailableError(StorageError, ConnectionError):
+    """The database cannot be opened or reached."""
+
+
+class SecretsError(StatewiseError):
+    """Secret state cannot be encrypted or decrypted with the configured key."""
+
+
+class ModelError(StatewiseError):
+    """A model request failed."""
+
+
+class ModelHTTPError(ModelError):
+    """The provider answered with an error status."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, body: object = None):
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+
+
+class ModelAuthenticationError(ModelHTTPError):
+    """The API key was missing or refused."""
+
+
+class ModelRateLimitError(ModelHTTPError):
+    """The provider kept answering 429 after every retry."""
+
+
+class ContextLengthExceededError(ModelHTTPError):
+    """The request is longer than the model's context window."""
+
+
+class MalformedResponseError(ModelError):
+    """The provider's answer does not parse."""
+
+
+class ModelRequestsDisabledError(ModelError):
+    """Real model requests are switched off (see statewise.models.ALLOW_MODEL_REQUESTS)."""
+
+
+class RunError(StatewiseError):
+    """A run cannot go on."""
+
+
+class UnknownToolError(RunError):
+    """A tool name that the agent does not have."""

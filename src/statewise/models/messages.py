@@ -1,0 +1,167 @@
+"""Provider-neutral messages: what the run loop sends to a model and gets back.
+
+Domain types are plain dataclasses; they convert to and from JSON-ready dicts so that
+runs can be stored and replayed without pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolCall:
+    """A model's request to call one tool.
+
+    `arguments_error` is set by providers when the model sent arguments that are not a JSON
+    object; the run loop then answers the call with that error instead of running the tool.
+    """
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    arguments_error: str | None = None
+
+    def __init__(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        id: str | None = None,
+        *,
+        arguments_error: str | None = None,
+    ) -> None:
+        self.name = name
+        self.arguments = dict(arguments or {})
+        self.id = id
+        self.arguments_error = arguments_error
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "arguments": self.arguments, "id": self.id}
+        if self.arguments_error is not None:
+            data["arguments_error"] = self.arguments_error
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(
+            data["name"],
+            data.get("arguments") or {},
+            data.get("id"),
+            arguments_error=data.get("arguments_error"),
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class Usage:
+    """Token counts of one or more model requests."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            requests=self.requests + other.requests,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "requests": self.requests,
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class Message:
+    """One message of a conversation. The system message, when there is one, comes first."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            data["name"] = self.name
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content"),
+            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls") or []],
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class ModelResponse:
+    """What a model answered: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model_name: str | None = None
+
+    def to_message(self) -> Message:
+        return Message(role="assistant", content=self.content, tool_calls=list(self.tool_calls))
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolDefinition:
+    """A tool as the model sees it: a name, a description and a JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+@dataclass(kw_only=True, slots=True)
+class RequestInfo:
+    """Everything about a request that is not a message: the tools, the run, settings."""
+
+    tools: list[ToolDefinition] = field(default_factory=list)
+    run_id: str | None = None
+    step: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True, slots=True)
+class TextDelta:
+    """A piece of streamed answer text."""
+
+    content: str
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call; `index` says which call of the response it extends."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+StreamChunk = TextDelta | ToolCallDelta | ModelResponse

@@ -1,0 +1,334 @@
+"""The Agent: a model, tools and instructions working on a persisted session state.
+
+The agent object holds configuration only; each run's working data lives in the run
+(RunContext, WorkingState), so one agent serves many concurrent runs and sessions.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal, overload
+
+from statewise.agent.agentic import agentic_state_tool
+from statewise.agent.instructions import Instructions, build_system_prompt
+from statewise.agent.printing import print_run
+from statewise.agent.state_api import SessionStateAPI
+from statewise.agent.timetravel import TimeTravel
+from statewise.db.base import BaseDb, validate_id
+from statewise.db.store import SessionSpec, StateStore
+from statewise.db.url import resolve_db
+from statewise.exceptions import ConfigurationError
+from statewise.models.base import Model
+from statewise.models.registry import infer_model
+from statewise.run.callbacks import Callbacks, as_callbacks
+from statewise.run.context import RunContext
+from statewise.run.driver import RunRequest, deep_merge, drive_run
+from statewise.run.events import RunCompleted, RunEvent
+from statewise.run.output import RunOutput
+from statewise.run.runtime import AgentRuntime
+from statewise.run.sync import iterate_sync, run_sync
+from statewise.state.jsonvalue import to_json_value
+from statewise.state.merge import Rule, Rules
+from statewise.state.schema import StateSchema
+from statewise.tools import normalize_tools
+from statewise.tools.function import Function
+
+Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
+
+
+class Agent(TimeTravel):
+    """An LLM agent whose tools, hooks, callbacks and instructions share a session state.
+
+    `session_state` is the template for new sessions; `db` (a database object or a URL
+    such as "sqlite:///tmp/agents.db") persists each session's state, runs and events.
+    """
+
+    def __init__(
+        self,
+        model: Model | str | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        instructions: Instructions = None,
+        tools: Sequence[Any] | None = None,
+        tool_hooks: Sequence[Callable[..., Any]] | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        db: BaseDb | str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        add_session_state_to_context: bool = False,
+        enable_agentic_state: bool = False,
+        overwrite_db_session_state: bool = False,
+        resolve_in_context: bool = True,
+        add_history_to_context: bool = False,
+        num_history_runs: int = 3,
+        markdown: bool = False,
+        state_schema: type | None = None,
+        state_rules: Mapping[str, Rule] | None = None,
+        secret_keys: Sequence[str] | None = None,
+        expose_secrets_to_model: bool = False,
+        output_key: str | None = None,
+        max_steps: int = 25,
+        before_agent_callback: Callback = None,
+        after_agent_callback: Callback = None,
+        before_model_callback: Callback = None,
+        after_model_callback: Callback = None,
+        before_tool_callback: Callback = None,
+        after_tool_callback: Callback = None,
+    ) -> None:
+        self.model: Model | None = infer_model(model) if model is not None else None
+        self.name = name
+        self.description = description
+        self.instructions = instructions
+        self.tools = list(tools or [])
+        self.tool_hooks = tuple(tool_hooks or ())
+        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
+        defaults = dict(self.schema.defaults()) if self.schema else {}
+        defaults.update(to_json_value(dict(session_state or {}), ()))
+        self.session_state: dict[str, Any] = defaults
+        self.db: BaseDb = resolve_db(db)
+        self.session_id = validate_id(session_id) if session_id is not None else None
+        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
+        self.app_name = app_name or name or "default"
+        self.add_session_state_to_context = add_session_state_to_context
+        self.enable_agentic_state = enable_agentic_state
+        self.overwrite_db_session_state = overwrite_db_session_state
+        self.resolve_in_context = resolve_in_context
+        self.add_history_to_context = add_history_to_context
+        self.num_history_runs = num_history_runs
+        self.markdown = markdown
+        self.expose_secrets_to_model = expose_secrets_to_model
+        self.output_key = output_key
+        if max_steps < 1:
+            raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}")
+        self.max_steps = max_steps
+        self.callbacks = Callbacks(
+            before_agent=as_callbacks(before_agent_callback, "before_agent_callback"),
+            after_agent=as_callbacks(after_agent_callback, "after_agent_callback"),
+            before_model=as_callbacks(before_model_callback, "before_model_callback"),
+            after_model=as_callbacks(after_model_callback, "after_model_callback"),
+            before_tool=as_callbacks(before_tool_callback, "before_tool_callback"),
+            after_tool=as_callbacks(after_tool_callback, "after_tool_callback"),
+        )
+        rules = Rules(state_rules or {})
+        if self.schema is not None:
+            rules = Rules(self.schema.rules()).merged(rules)
+        self._store = StateStore(
+            self.db,
+            rules=rules,
+            schema=self.schema,
+            secret_keys=secret_keys or (),
+        )
+        functions = normalize_tools(self.tools)
+        if enable_agentic_state:
+            functions.append(agentic_state_tool())
+        self._functions: dict[str, Function] = {}
+        for function in functions:
+            if function.name in self._functions:
+                raise ConfigurationError(f"two tools are named {function.name!r}")
+            self._functions[function.name] = function
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, model={self.model.name if self.model else None!r})"
+
+    # ---- sessions ------------------------------------------------------------------------
+
+    def _default_state(self) -> dict[str, Any]:
+        return self.session_state
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        if session_id is None:
+            if self.session_id is None:
+                self.session_id = str(uuid.uuid4())
+            session_id = self.session_id
+        validate_id(session_id)
+        if user_id is not None:
+            validate_id(user_id, "user_id")
+        return SessionSpec(
+            session_id=session_id,
+            user_id=user_id if user_id is not None else self.user_id,
+            app_name=self.app_name,
+            kind=self._kind,
+        )
+
+    _kind = "agent"
+
+    @property
+    def state(self) -> SessionStateAPI:
+        """The current session's state, read and written outside a run (seed 002)."""
+        return SessionStateAPI(self)
+
+    def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
+        """A copy of a session's state (the current session's by default)."""
+        return SessionStateAPI(self, session_id).get_all()
+
+    def update_session_state(
+        self, updates: Mapping[str, Any], session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Deep-merge `updates` into a session's stored state, committed at once."""
+        api = SessionStateAPI(self, session_id)
+        api._write("api:update_session_state", lambda s: deep_merge(s, updates))
+        return api.get_all()
+
+    def delete_session(self, session_id: str) -> bool:
+        return self.db.delete_session(session_id)
+
+    def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
+        return self.db.prune_sessions(older_than=older_than)
+
+    # ---- runs ----------------------------------------------------------------------------
+
+    def _runtime(self, injected: Mapping[str, Any] | None = None) -> AgentRuntime:
+        return AgentRuntime(
+            name=self.name,
+            model=self.model,
+            functions=self._functions,
+            system_prompt=self._system_prompt,
+            tool_hooks=self.tool_hooks,
+            callbacks=self.callbacks,
+            output_key=self.output_key,
+            max_steps=self.max_steps,
+            agent=self,
+            injected=injected or {},
+        )
+
+    def _system_prompt(self, ctx: RunContext) -> str | None:
+        return build_system_prompt(
+            agent=self,
+            ctx=ctx,
+            description=self.description,
+            instructions=self.instructions,
+            resolve_in_context=self.resolve_in_context,
+            markdown=self.markdown,
+            add_session_state_to_context=self.add_session_state_to_context,
+            enable_agentic_state=self.enable_agentic_state,
+            secret_keys=self._store.secret_keys,
+            expose_secrets_to_model=self.expose_secrets_to_model,
+        )
+
+    def _request(
+        self,
+        input: Any,
+        session_id: str | None,
+        user_id: str | None,
+        session_state: Mapping[str, Any] | None,
+        stream: bool,
+    ) -> RunRequest:
+        spec = self._spec(session_id, user_id)
+        # The agent continues with the session it last ran, as the seed documents expect.
+        self.session_id = spec.session_id
+        if user_id is not None:
+            self.user_id = user_id
+        return RunRequest(
+            input=input if isinstance(input, str) else str(input),
+            spec=spec,
+            defaults=self._default_state(),
+            session_state=session_state,
+            overwrite=self.overwrite_db_session_state,
+            history_runs=self.num_history_runs if self.add_history_to_context else None,
+            stream=stream,
+        )
+
+    def _events(self, request: RunRequest) -> AsyncIterator[RunEvent]:
+        return drive_run(self._runtime(), self._store, request)
+
+    @overload
+    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
+                   session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    @overload
+    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
+                   session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> AsyncIterator[RunEvent]: ...
+
+    async def arun(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> RunOutput | AsyncIterator[RunEvent]:
+        request = self._request(input, session_id, user_id, session_state, stream)
+        if stream:
+            return self._events(request)
+        return await _final_output(self._events(request))
+
+    @overload
+    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
+            session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    @overload
+    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
+            session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> Iterator[RunEvent]: ...
+
+    def run(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+    ) -> RunOutput | Iterator[RunEvent]:
+        """Run the agent once on a session; works inside a running event loop too."""
+        request = self._request(input, session_id, user_id, session_state, stream)
+        if stream:
+            return iterate_sync(self._events(request))
+        return run_sync(_final_output(self._events(request)))
+
+    def print_response(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        show_tool_calls: bool = True,
+    ) -> RunOutput:
+        """Run and print the exchange with rich (markdown when `markdown=True`)."""
+        request = self._request(input, session_id, user_id, session_state, stream)
+        return print_run(
+            iterate_sync(self._events(request)),
+            input=request.input,
+            markdown=self.markdown,
+            stream=stream,
+            show_tool_calls=show_tool_calls,
+        )
+
+    async def aprint_response(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        show_tool_calls: bool = True,
+    ) -> RunOutput:
+        from statewise.agent.printing import aprint_run
+
+        request = self._request(input, session_id, user_id, session_state, stream)
+        return await aprint_run(
+            self._events(request),
+            input=request.input,
+            markdown=self.markdown,
+            stream=stream,
+            show_tool_calls=show_tool_calls,
+        )
+
+
+async def _final_output(events: AsyncIterator[RunEvent]) -> RunOutput:
+    output = None
+    async for event in events:
+        if isinstance(event, RunCompleted):
+            output = event.output
+    assert output is not None, "a run always ends with RunCompleted or an exception"
+    return output
+
+
+def default_db_url() -> str | None:
+    return os.environ.get("STATEWISE_DB_URL")

@@ -1,0 +1,124 @@
+"""`agent.state`: read and write a session's state outside a run (seed 002).
+
+Every call checks the session out, so it sees what other processes committed, and every
+write is committed at once, recorded in the event log as an API call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from statewise.exceptions import TempScopeError
+from statewise.run.driver import initialize_state
+from statewise.state.tracked import TrackedDict, to_plain
+
+if TYPE_CHECKING:
+    from statewise.agent.agent import Agent
+    from statewise.db.store import WorkingState
+
+T = TypeVar("T")
+
+
+def _no_temp(key: str) -> None:
+    if key.startswith("temp:"):
+        raise TempScopeError(
+            f"cannot write {key!r} outside a run: temp: keys only live for the run that "
+            f"writes them"
+        )
+
+
+class SessionStateAPI:
+    """`get/set/has/delete/update/clear/get_all/increment` on the agent's current session."""
+
+    def __init__(self, agent: Agent, session_id: str | None = None) -> None:
+        self._agent = agent
+        self._session_id = session_id
+
+    def for_session(self, session_id: str) -> SessionStateAPI:
+        return SessionStateAPI(self._agent, session_id)
+
+    @contextmanager
+    def _checked_out(self, source: str | None) -> Iterator[WorkingState]:
+        store = self._agent._store
+        spec = self._agent._spec(self._session_id, None)
+        working = store.checkout(spec)
+        keep = True
+        try:
+            # A session that does not exist yet reads as the agent's default state.
+            initialize_state(working, self._agent._default_state(), None, False)
+            yield working
+            if source is not None and working.has_changes:
+                store.commit(
+                    working,
+                    source=source,
+                    events=[],
+                )
+        except BaseException:
+            keep = False
+            working.discard_uncommitted()
+            raise
+        finally:
+            store.release(working, keep=keep)
+
+    def _read(self, fn: Callable[[TrackedDict], T]) -> T:
+        with self._checked_out(None) as working:
+            return fn(working.root)
+
+    def _write(self, source: str, fn: Callable[[TrackedDict], T]) -> T:
+        with self._checked_out(source) as working:
+            return fn(working.root)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._read(lambda s: to_plain(s[key]) if key in s else default)
+
+    def has(self, key: str) -> bool:
+        return self._read(lambda s: key in s)
+
+    def get_all(self) -> dict[str, Any]:
+        return self._read(lambda s: {k: to_plain(v) for k, v in s.items()})
+
+    def set(self, key: str, value: Any) -> None:
+        _no_temp(key)
+        self._write(f"api:state.set:{key}", lambda s: s.__setitem__(key, value))
+
+    def delete(self, key: str) -> None:
+        _no_temp(key)
+        self._write(f"api:state.delete:{key}", lambda s: s.pop(key, None))
+
+    def update(self, key: str | Mapping[str, Any], value: Mapping[str, Any] | None = None) -> None:
+        """`update(key, {...})` merges into the dict at `key`; `update({...})` sets keys."""
+        if isinstance(key, str):
+            _no_temp(key)
+            self._write(f"api:state.update:{key}", lambda s: s.update(key, dict(value or {})))
+        else:
+            for name in key:
+                _no_temp(name)
+            self._write("api:state.update", lambda s: s.update(dict(key)))
+
+    def increment(self, key: str, amount: int | float = 1) -> int | float:
+        _no_temp(key)
+        result: int | float = self._write(f"api:state.increment:{key}", lambda s: s.increment(key, amount))
+        return result
+
+    def clear(self) -> None:
+        self._write("api:state.clear", lambda s: s.clear())
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.has(key)
+
+    def __repr__(self) -> str:
+        return f"SessionStateAPI({self.get_all()!r})"
+
+
+_MISSING = object()

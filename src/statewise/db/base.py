@@ -1,0 +1,262 @@
+"""The storage interface every backend implements.
+
+Narrow and fully abstract: a backend that misses a method fails when it is constructed,
+not at its first call. Everything that can be written once on top of the primitives
+(async twins, export/import, ids) lives here, so backends stay thin I/O shells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.exceptions import InvalidIdError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+MAX_ID_LENGTH = 256
+_ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]+$")
+
+
+def validate_id(value: object, what: str = "session_id") -> str:
+    """Ids are short printable strings: they end up in URLs, file names and log lines."""
+    if not isinstance(value, str):
+        raise InvalidIdError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or not value.strip():
+        raise InvalidIdError(f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if not _ID_PATTERN.match(value):
+        raise InvalidIdError(f"{what} {value!r} contains control characters")
+    return value
+
+
+def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) -> float:
+    """`prune_sessions(older_than=...)` takes seconds, a timedelta, or an absolute datetime."""
+    if isinstance(older_than, datetime):
+        return older_than.timestamp()
+    if isinstance(older_than, timedelta):
+        return now - older_than.total_seconds()
+    return now - float(older_than)
+
+
+class BaseDb(ABC):
+    """Sessions, their scoped state (snapshot + deltas), event log and runs."""
+
+    # ---- primitives every backend implements -------------------------------------------
+
+    @abstractmethod
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        """The session row (None if new) and the current version of each scope.
+
+        This is the cheap freshness check made at the start of every run, so that a cached
+        state is only reused when no other writer moved it.
+        """
+
+    @abstractmethod
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        """The latest state of each scope (version 0 and empty when it was never written)."""
+
+    @abstractmethod
+    def commit(self, commit: Commit) -> CommitResult:
+        """Persist a commit atomically, or raise VersionConflict and persist nothing."""
+
+    @abstractmethod
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        """Deltas of a scope with after_version < version <= upto_version, oldest first."""
+
+    @abstractmethod
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        """The newest stored snapshot of a scope at or before a version: (version, data)."""
+
+    @abstractmethod
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        """Events by sequence number, oldest first; with only `limit`, the newest ones."""
+
+    @abstractmethod
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        """The session's runs oldest first; with `limit`, the last `limit` of them."""
+
+    @abstractmethod
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        """Sessions, most recently updated first."""
+
+    @abstractmethod
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its state, events and runs. False if it did not exist."""
+
+    @abstractmethod
+    def prune_sessions(
+        self, *, older_than: float | timedelta | datetime, user_id: str | None = None
+    ) -> int:
+        """Delete sessions not updated since the cutoff; returns how many."""
+
+    @abstractmethod
+    def import_records(
+        self,
+        session: SessionRecord,
+        deltas: Sequence[DeltaRecord],
+        events: Sequence[EventRecord],
+        runs: Sequence[RunRecord],
+    ) -> None:
+        """Write a session exactly as exported (refuses to overwrite an existing one)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # ---- written once for every backend -------------------------------------------------
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        validate_id(session_id)
+        return self.probe(session_id, ())[0]
+
+    def export_session(self, session_id: str) -> Iterator[dict[str, Any]]:
+        """The session as JSON-ready records: session, its deltas, events, runs.
+
+        Only the session's own scope is exported; `user:`/`app:` scopes are shared and
+        belong to no single session.
+        """
+        from statewise.exceptions import SessionNotFoundError
+
+        record = self.get_session(session_id)
+        if record is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        yield {"type": "session", **record.to_dict()}
+        for delta in self.read_deltas(ScopeKey("session", session_id)):
+            yield {"type": "delta", **delta.to_dict()}
+        for event in self.read_events(session_id):
+            data = event.to_dict()
+            data["event_type"] = data.pop("type")
+            yield {"type": "event", **data}
+        for run in self.read_runs(session_id):
+            yield {"type": "run", **run.to_dict()}
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- async: one override point instead of an async twin of every method -------------
+
+    async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """How async callers reach a sync primitive. Network backends keep the event loop
+        free by running it in a thread; local backends (SQLite, memory) override this to
+        call inline, since a thread hop costs more than their I/O."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def aprobe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        return await self._run_async(self.probe, session_id, keys)
+
+    async def aload_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        return await self._run_async(self.load_scopes, keys)
+
+    async def acommit(self, commit: Commit) -> CommitResult:
+        return await self._run_async(self.commit, commit)
+
+    async def aread_deltas(self, key: ScopeKey, **kwargs: Any) -> list[DeltaRecord]:
+        return await self._run_async(self.read_deltas, key, **kwargs)
+
+    async def aread_events(self, session_id: str, **kwargs: Any) -> list[EventRecord]:
+        return await self._run_async(self.read_events, session_id, **kwargs)
+
+    async def aread_runs(self, session_id: str, **kwargs: Any) -> list[RunRecord]:
+        return await self._run_async(self.read_runs, session_id, **kwargs)
+
+
+def split_records(
+    lines: Iterable[dict[str, Any]],
+) -> Iterator[tuple[SessionRecord, list[DeltaRecord], list[EventRecord], list[RunRecord]]]:
+    """Group exported records back into sessions (inverse of `export_session`)."""
+    from statewise.db.records import DeltaSegment
+    from statewise.exceptions import CorruptRecordError
+
+    current: tuple[SessionRecord, list[DeltaRecord], list[EventRecord], list[RunRecord]] | None
+    current = None
+    for line in lines:
+        kind = line.get("type")
+        if kind == "session":
+            if current is not None:
+                yield current
+            fields = {k: v for k, v in line.items() if k != "type"}
+            current = (SessionRecord(**fields), [], [], [])
+            continue
+        if current is None:
+            raise CorruptRecordError(f"export record of type {kind!r} before any session record")
+        if kind == "delta":
+            current[1].append(
+                DeltaRecord(
+                    key=ScopeKey(line["scope"], line["scope_id"]),
+                    version=line["version"],
+                    session_id=line.get("session_id"),
+                    run_id=line.get("run_id"),
+                    step=line.get("step"),
+                    segments=[DeltaSegment(**s) for s in line.get("segments", [])],
+                    conflicts=line.get("conflicts", []),
+                    created_at=line.get("created_at", 0.0),
+                )
+            )
+        elif kind == "event":
+            current[2].append(
+                EventRecord(
+                    session_id=line["session_id"],
+                    seq=line["seq"],
+                    type=line["event_type"],
+                    data=line["data"],
+                    run_id=line.get("run_id"),
+                    created_at=line.get("created_at", 0.0),
+                )
+            )
+        elif kind == "run":
+            fields = {k: v for k, v in line.items() if k != "type"}
+            current[3].append(RunRecord(**fields))
+        else:
+            raise CorruptRecordError(f"unknown export record type {kind!r}")
+    if current is not None:
+        yield current

@@ -1,0 +1,324 @@
+"""In-memory storage: the reference backend, for tests and throwaway agents.
+
+It stores the same encoded records as the durable backends (JSON text), so it catches a
+non-serializable value or an aliasing bug exactly where they would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from statewise.db import _codec
+from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.exceptions import CorruptRecordError, StorageError, VersionConflict
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Scope:
+    version: int = 0
+    snapshot_version: int = 0
+    snapshot_bytes: int = 0
+    tail_bytes: int = 0
+    snapshots: dict[int, str] = field(default_factory=dict)
+    # version -> (session_id, run_id, step, segments json, conflicts json, created_at)
+    deltas: dict[int, tuple[str | None, str | None, int | None, str, str | None, float]] = field(
+        default_factory=dict
+    )
+
+
+class InMemoryDb(BaseDb):
+    """Everything in this process's memory; gone when it exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._sessions: dict[str, SessionRecord] = {}
+        self._scopes: dict[ScopeKey, _Scope] = {}
+        self._events: dict[str, list[tuple[int, str | None, str, str, float]]] = {}
+        self._runs: dict[str, dict[str, RunRecord]] = {}
+
+    def __repr__(self) -> str:
+        return "InMemoryDb()"
+
+    async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return fn(*args, **kwargs)
+
+    def close(self) -> None:
+        pass
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            copy = SessionRecord(**record.to_dict()) if record else None
+            versions = {k: (self._scopes[k].version if k in self._scopes else 0) for k in keys}
+            return copy, versions
+
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        result = {}
+        with self._lock:
+            for key in keys:
+                scope = self._scopes.get(key)
+                if scope is None:
+                    result[key] = ScopeState(key=key)
+                    continue
+                rows = [
+                    (v, scope.deltas[v][3])
+                    for v in range(scope.snapshot_version + 1, scope.version + 1)
+                    if v in scope.deltas
+                ]
+                data = replay_scope(
+                    key,
+                    scope.snapshot_version,
+                    scope.snapshots.get(scope.snapshot_version),
+                    rows,
+                    scope.version,
+                )
+                result[key] = ScopeState(
+                    key=key,
+                    version=scope.version,
+                    data=data,
+                    snapshot_version=scope.snapshot_version,
+                    snapshot_bytes=scope.snapshot_bytes,
+                    tail_bytes=scope.tail_bytes,
+                )
+        return result
+
+    def commit(self, commit: Commit) -> CommitResult:
+        now = time.time()
+        session = commit.session
+        with self._lock:
+            existing = self._sessions.get(session.session_id)
+            if commit.create_session and existing is not None:
+                raise VersionConflict(f"session {session.session_id!r}", 0, None)
+            if not commit.create_session and existing is None:
+                raise VersionConflict(f"session {session.session_id!r}", 1, None)
+            for write in commit.writes:
+                scope = self._scopes.get(write.key)
+                actual = scope.version if scope else 0
+                if actual != write.base_version:
+                    raise VersionConflict(str(write.key), write.base_version, actual)
+            # Encode everything before mutating anything: a failure here changes nothing.
+            encoded_writes = [
+                (
+                    write,
+                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    _codec.dumps(write.conflicts) if write.conflicts else None,
+                    _codec.dumps(write.snapshot) if write.snapshot is not None else None,
+                )
+                for write in commit.writes
+            ]
+            encoded_events = [(e, _codec.dumps(e.data)) for e in commit.events]
+            run_copy = None
+            if commit.run is not None:
+                _codec.dumps(commit.run.messages)
+                _codec.dumps(commit.run.metrics)
+                run_copy = RunRecord(**commit.run.to_dict())
+            if existing is None:
+                existing = SessionRecord(**session.to_dict())
+                existing.created_at = now
+                existing.last_seq = 0
+                self._sessions[session.session_id] = existing
+            first_seq = existing.last_seq + 1
+            existing.last_seq += len(commit.events)
+            existing.updated_at = now
+            versions = {}
+            for write, segments, conflicts, snapshot in encoded_writes:
+                scope = self._scopes.setdefault(write.key, _Scope())
+                scope.version += 1
+                scope.deltas[scope.version] = (
+                    session.session_id,
+                    commit.run_id,
+                    commit.step,
+                    segments,
+                    conflicts,
+                    now,
+                )
+                scope.tail_bytes += write.delta_bytes
+                if snapshot is not None:
+                    scope.snapshots[scope.version] = snapshot
+                    scope.snapshot_version = scope.version
+                    scope.snapshot_bytes = len(snapshot)
+                    scope.tail_bytes = 0
+                versions[write.key] = scope.version
+            events = self._events.setdefault(session.session_id, [])
+            for i, (event, data) in enumerate(encoded_events):
+                events.append((first_seq + i, event.run_id, event.type, data, now))
+            if run_copy is not None:
+                runs = self._runs.setdefault(session.session_id, {})
+                previous = runs.get(run_copy.run_id)
+                run_copy.created_at = previous.created_at if previous else (run_copy.created_at or now)
+                run_copy.updated_at = now
+                runs[run_copy.run_id] = run_copy
+            return CommitResult(
+                versions=versions, first_seq=first_seq, last_seq=existing.last_seq, committed_at=now
+            )
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        with self._lock:
+            scope = self._scopes.get(key)
+            if scope is None:
+                return []
+            last = scope.version if upto_version is None else min(upto_version, scope.version)
+            versions = [v for v in range(after_version + 1, last + 1) if v in scope.deltas]
+            if limit is not None:
+                versions = versions[:limit]
+            return [decode_delta_row(key, v, *scope.deltas[v]) for v in versions]
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            scope = self._scopes.get(key)
+            if scope is None:
+                return 0, {}
+            candidates = [v for v in scope.snapshots if v <= at_or_before]
+            if not candidates:
+                return 0, {}
+            version = max(candidates)
+            try:
+                return version, _codec.loads(scope.snapshots[version])
+            except ValueError as exc:
+                raise CorruptRecordError(f"{key}: snapshot at {version} is not JSON") from exc
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        with self._lock:
+            rows = [
+                row
+                for row in self._events.get(session_id, [])
+                if (after is None or row[0] > after)
+                and (before is None or row[0] < before)
+                and (not types or row[2] in types)
+            ]
+        if limit is not None:
+            rows = rows[-limit:] if after is None else rows[:limit]
+        return [
+            EventRecord(
+                session_id=session_id,
+                seq=seq,
+                run_id=run_id,
+                type=type_,
+                data=_codec.loads(data),
+                created_at=created_at,
+            )
+            for seq, run_id, type_, data, created_at in rows
+        ]
+
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        with self._lock:
+            runs = [
+                RunRecord(**r.to_dict())
+                for r in self._runs.get(session_id, {}).values()
+                if status is None or r.status == status
+            ]
+        if limit is not None:
+            runs = runs[-limit:] if limit else []
+        return runs
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
+        with self._lock:
+            run = self._runs.get(session_id, {}).get(run_id)
+            return RunRecord(**run.to_dict()) if run else None
+
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        with self._lock:
+            found = [
+                SessionRecord(**s.to_dict())
+                for s in self._sessions.values()
+                if (user_id is None or s.user_id == user_id)
+                and (app_name is None or s.app_name == app_name)
+            ]
+        found.sort(key=lambda s: (-s.updated_at, s.session_id))
+        return found[offset : offset + limit]
+
+    def delete_session(self, session_id: str) -> bool:
+        validate_id(session_id)
+        with self._lock:
+            existed = self._sessions.pop(session_id, None) is not None
+            self._events.pop(session_id, None)
+            self._runs.pop(session_id, None)
+            self._scopes.pop(ScopeKey("session", session_id), None)
+            return existed
+
+    def prune_sessions(
+        self, *, older_than: float | timedelta | datetime, user_id: str | None = None
+    ) -> int:
+        cutoff = to_timestamp_cutoff(older_than, time.time())
+        with self._lock:
+            ids = [
+                s.session_id
+                for s in self._sessions.values()
+                if s.updated_at < cutoff and (user_id is None or s.user_id == user_id)
+            ]
+        return sum(self.delete_session(i) for i in ids)
+
+    def import_records(
+        self,
+        session: SessionRecord,
+        deltas: Sequence[DeltaRecord],
+        events: Sequence[EventRecord],
+        runs: Sequence[RunRecord],
+    ) -> None:
+        with self._lock:
+            if session.session_id in self._sessions:
+                raise StorageError(
+                    f"cannot import session {session.session_id!r}: it already exists"
+                )
+            self._sessions[session.session_id] = SessionRecord(**session.to_dict())
+            if deltas:
+                scope = self._scopes.setdefault(ScopeKey("session", session.session_id), _Scope())
+                for d in deltas:
+                    scope.deltas[d.version] = (
+                        session.session_id,
+                        d.run_id,
+                        d.step,
+                        _codec.dumps([s.to_dict() for s in d.segments]),
+                        _codec.dumps(d.conflicts) if d.conflicts else None,
+                        d.created_at,
+                    )
+                    scope.version = max(scope.version, d.version)
+            self._events[session.session_id] = [
+                (e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at) for e in events
+            ]
+            self._runs[session.session_id] = {r.run_id: RunRecord(**r.to_dict()) for r in runs}

@@ -1,0 +1,745 @@
+"""SQLite storage: the default, for one machine.
+
+WAL mode so readers never block the writer; `BEGIN IMMEDIATE` so a commit takes the write
+lock before it reads the versions it compares; a busy timeout so writers from other
+processes wait instead of failing; one connection per thread (sqlite3 connections are
+not shareable) and a process-wide lock so threads queue instead of spinning on SQLITE_BUSY.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from statewise.db import _codec
+from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    DeltaSegment,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.exceptions import (
+    CorruptRecordError,
+    DatabaseUnavailableError,
+    SchemaVersionError,
+    StorageError,
+    VersionConflict,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _migrations(p: str) -> list[str]:
+    """Schema changes in order; the list index + 1 is the schema version."""
+    return [
+        f"""
+        CREATE TABLE {p}sessions (
+            session_id TEXT PRIMARY KEY,
+            user_id TEXT,
+            app_name TEXT,
+            kind TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{{}}'
+        );
+        CREATE INDEX {p}sessions_by_user ON {p}sessions (user_id, updated_at);
+        CREATE INDEX {p}sessions_by_time ON {p}sessions (updated_at);
+        CREATE TABLE {p}scopes (
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            snapshot_version INTEGER NOT NULL DEFAULT 0,
+            snapshot_bytes INTEGER NOT NULL DEFAULT 0,
+            tail_bytes INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (kind, scope_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE {p}snapshots (
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            PRIMARY KEY (kind, scope_id, version)
+        ) WITHOUT ROWID;
+        CREATE TABLE {p}deltas (
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            session_id TEXT,
+            run_id TEXT,
+            step INTEGER,
+            segments TEXT NOT NULL,
+            conflicts TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (kind, scope_id, version)
+        ) WITHOUT ROWID;
+        CREATE TABLE {p}events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE {p}runs (
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            agent_name TEXT,
+            input TEXT,
+            content TEXT,
+            messages TEXT NOT NULL DEFAULT '[]',
+            metrics TEXT NOT NULL DEFAULT '{{}}',
+            error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        );
+        CREATE INDEX {p}runs_by_time ON {p}runs (session_id, created_at);
+        """,
+    ]
+
+
+class SqliteDb(BaseDb):
+    """Sessions in one SQLite file (`db_file`), or in memory with `db_file=":memory:"`.
+
+    `synchronous="FULL"` (the default) makes every commit durable across power loss;
+    `"NORMAL"` keeps the database consistent but may lose the last commits on power loss.
+    """
+
+    def __init__(
+        self,
+        db_file: str | Path = "statewise.db",
+        *,
+        table_prefix: str = "statewise_",
+        synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if not table_prefix.replace("_", "").isalnum():
+            raise StorageError(f"table_prefix must be letters, digits and '_': {table_prefix!r}")
+        if synchronous not in ("FULL", "NORMAL", "OFF"):
+            raise StorageError(f"synchronous must be FULL, NORMAL or OFF, not {synchronous!r}")
+        self.db_file = str(db_file)
+        self.table_prefix = table_prefix
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        if self.db_file != ":memory:":
+            self._prepare_path(Path(self.db_file))
+        self._migrate()
+
+    def __repr__(self) -> str:
+        return f"SqliteDb(db_file={self.db_file!r})"
+
+    # ---- connections ---------------------------------------------------------------------
+
+    def _prepare_path(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailableError(
+                f"cannot create the directory for SQLite database {str(path)!r}: {exc.strerror}"
+            ) from exc
+        if path.is_dir():
+            raise DatabaseUnavailableError(
+                f"SQLite database path {str(path)!r} is a directory; give a file path"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.db_file,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot open SQLite database {self.db_file!r}: {exc}"
+            ) from exc
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            conn = self._local.conn = self._connect()
+        return conn
+
+    def close(self) -> None:
+        self._closed = True
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return fn(*args, **kwargs)
+
+    def _migrate(self) -> None:
+        migrations = _migrations(self.table_prefix)
+        conn = self._conn
+        try:
+            with self._write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    current = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if current > len(migrations):
+                        raise SchemaVersionError(
+                            f"SQLite database {self.db_file!r} has schema version {current}, "
+                            f"newer than this statewise ({len(migrations)}); upgrade statewise"
+                        )
+                    for version in range(current, len(migrations)):
+                        for statement in migrations[version].split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
+                        conn.execute(f"PRAGMA user_version={version + 1}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot use SQLite database {self.db_file!r}: {exc}"
+            ) from exc
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        p = self.table_prefix
+        conn = self._conn
+        row = conn.execute(
+            f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
+            f"metadata FROM {p}sessions WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        versions = dict.fromkeys(keys, 0)
+        for key in keys:
+            found = conn.execute(
+                f"SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?",
+                (key.kind, key.id),
+            ).fetchone()
+            if found:
+                versions[key] = found[0]
+        return (self._session_from_row(row) if row else None), versions
+
+    def _session_from_row(self, row: Sequence[Any]) -> SessionRecord:
+        try:
+            metadata = _codec.loads(row[7]) if row[7] else {}
+        except ValueError as exc:
+            raise CorruptRecordError(f"session {row[0]!r}: metadata is not JSON") from exc
+        return SessionRecord(
+            session_id=row[0],
+            user_id=row[1],
+            app_name=row[2],
+            kind=row[3],
+            created_at=row[4],
+            updated_at=row[5],
+            last_seq=row[6],
+            metadata=metadata,
+        )
+
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        p = self.table_prefix
+        conn = self._conn
+        result: dict[ScopeKey, ScopeState] = {}
+        for key in keys:
+            # One read transaction per scope so snapshot and deltas agree with the version.
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(
+                    f"SELECT version, snapshot_version, snapshot_bytes, tail_bytes "
+                    f"FROM {p}scopes WHERE kind = ? AND scope_id = ?",
+                    (key.kind, key.id),
+                ).fetchone()
+                if row is None:
+                    result[key] = ScopeState(key=key)
+                    continue
+                version, snapshot_version, snapshot_bytes, tail_bytes = row
+                snapshot_text = None
+                if snapshot_version:
+                    found = conn.execute(
+                        f"SELECT state FROM {p}snapshots "
+                        f"WHERE kind = ? AND scope_id = ? AND version = ?",
+                        (key.kind, key.id, snapshot_version),
+                    ).fetchone()
+                    snapshot_text = found[0] if found else None
+                deltas = conn.execute(
+                    f"SELECT version, segments FROM {p}deltas "
+                    f"WHERE kind = ? AND scope_id = ? AND version > ? ORDER BY version",
+                    (key.kind, key.id, snapshot_version),
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            data = replay_scope(key, snapshot_version, snapshot_text, deltas, version)
+            result[key] = ScopeState(
+                key=key,
+                version=version,
+                data=data,
+                snapshot_version=snapshot_version,
+                snapshot_bytes=snapshot_bytes,
+                tail_bytes=tail_bytes,
+            )
+        return result
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        p = self.table_prefix
+        sql = (
+            f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
+            f"FROM {p}deltas WHERE kind = ? AND scope_id = ? AND version > ?"
+        )
+        params: list[Any] = [key.kind, key.id, after_version]
+        if upto_version is not None:
+            sql += " AND version <= ?"
+            params.append(upto_version)
+        sql += " ORDER BY version"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._conn.execute(sql, params).fetchall()
+        return [decode_delta_row(key, *row) for row in rows]
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        row = self._conn.execute(
+            f"SELECT version, state FROM {self.table_prefix}snapshots WHERE kind = ? "
+            f"AND scope_id = ? AND version <= ? ORDER BY version DESC LIMIT 1",
+            (key.kind, key.id, at_or_before),
+        ).fetchone()
+        if row is None:
+            return 0, {}
+        try:
+            return row[0], _codec.loads(row[1])
+        except ValueError as exc:
+            raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not JSON") from exc
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        sql = (
+            f"SELECT seq, run_id, type, data, created_at FROM {self.table_prefix}events "
+            f"WHERE session_id = ?"
+        )
+        params: list[Any] = [session_id]
+        if after is not None:
+            sql += " AND seq > ?"
+            params.append(after)
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
+        if types:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            params.extend(types)
+        newest_first = limit is not None and after is None
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._conn.execute(sql, params).fetchall()
+        if newest_first:
+            rows.reverse()
+        events = []
+        for seq, run_id, type_, data, created_at in rows:
+            try:
+                decoded = _codec.loads(data)
+            except ValueError as exc:
+                raise CorruptRecordError(
+                    f"session {session_id!r}: event {seq} is not JSON"
+                ) from exc
+            events.append(
+                EventRecord(
+                    session_id=session_id,
+                    seq=seq,
+                    run_id=run_id,
+                    type=type_,
+                    data=decoded,
+                    created_at=created_at,
+                )
+            )
+        return events
+
+    _RUN_COLUMNS = (
+        "run_id, status, agent_name, input, content, messages, metrics, error, "
+        "created_at, updated_at"
+    )
+
+    def _run_from_row(self, session_id: str, row: Sequence[Any]) -> RunRecord:
+        try:
+            messages = _codec.loads(row[5])
+            metrics = _codec.loads(row[6])
+        except ValueError as exc:
+            raise CorruptRecordError(
+                f"session {session_id!r}: run {row[0]!r} is not valid JSON"
+            ) from exc
+        return RunRecord(
+            session_id=session_id,
+            run_id=row[0],
+            status=row[1],
+            agent_name=row[2],
+            input=row[3],
+            content=row[4],
+            messages=messages,
+            metrics=metrics,
+            error=row[7],
+            created_at=row[8],
+            updated_at=row[9],
+        )
+
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        sql += " ORDER BY created_at DESC, rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._conn.execute(sql, params).fetchall()
+        return [self._run_from_row(session_id, row) for row in reversed(rows)]
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
+        row = self._conn.execute(
+            f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs "
+            f"WHERE session_id = ? AND run_id = ?",
+            (session_id, run_id),
+        ).fetchone()
+        return self._run_from_row(session_id, row) if row else None
+
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        sql = (
+            f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
+            f"metadata FROM {self.table_prefix}sessions WHERE 1=1"
+        )
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        if app_name is not None:
+            sql += " AND app_name = ?"
+            params.append(app_name)
+        sql += " ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+        return [self._session_from_row(r) for r in self._conn.execute(sql, params).fetchall()]
+
+    # ---- writes --------------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        with self._write_lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise DatabaseUnavailableError(
+                    f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
+                ) from exc
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def commit(self, commit: Commit) -> CommitResult:
+        try:
+            return self._write(lambda conn: self._commit_in(conn, commit))
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+
+    def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
+        p = self.table_prefix
+        now = time.time()
+        session = commit.session
+        n_events = len(commit.events)
+        if commit.create_session:
+            try:
+                conn.execute(
+                    f"INSERT INTO {p}sessions (session_id, user_id, app_name, kind, "
+                    f"created_at, updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        session.session_id,
+                        session.user_id,
+                        session.app_name,
+                        session.kind,
+                        now,
+                        now,
+                        n_events,
+                        _codec.dumps(session.metadata),
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise VersionConflict(f"session {session.session_id!r}", 0, None) from exc
+            last_seq = n_events
+        else:
+            row = conn.execute(
+                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
+                f"WHERE session_id = ? RETURNING last_seq",
+                (n_events, now, session.session_id),
+            ).fetchone()
+            if row is None:
+                raise VersionConflict(f"session {session.session_id!r}", 1, None)
+            last_seq = row[0]
+        versions: dict[ScopeKey, int] = {}
+        for write in commit.writes:
+            key = write.key
+            new_version = write.base_version + 1
+            if write.base_version == 0:
+                try:
+                    conn.execute(
+                        f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
+                        f"VALUES (?,?,0,?)",
+                        (key.kind, key.id, now),
+                    )
+                except sqlite3.IntegrityError:
+                    pass  # exists: the UPDATE below decides
+            updated = conn.execute(
+                f"UPDATE {p}scopes SET version = ?, tail_bytes = tail_bytes + ?, updated_at = ? "
+                f"WHERE kind = ? AND scope_id = ? AND version = ?",
+                (new_version, write.delta_bytes, now, key.kind, key.id, write.base_version),
+            ).rowcount
+            if updated != 1:
+                actual = conn.execute(
+                    f"SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?",
+                    (key.kind, key.id),
+                ).fetchone()
+                raise VersionConflict(str(key), write.base_version, actual[0] if actual else None)
+            conn.execute(
+                f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, step, "
+                f"segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    key.kind,
+                    key.id,
+                    new_version,
+                    session.session_id,
+                    commit.run_id,
+                    commit.step,
+                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    _codec.dumps(write.conflicts) if write.conflicts else None,
+                    now,
+                ),
+            )
+            if write.snapshot is not None:
+                text = _codec.dumps(write.snapshot)
+                conn.execute(
+                    f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES (?,?,?,?)",
+                    (key.kind, key.id, new_version, text),
+                )
+                conn.execute(
+                    f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
+                    f"tail_bytes = 0 WHERE kind = ? AND scope_id = ?",
+                    (new_version, len(text), key.kind, key.id),
+                )
+            versions[key] = new_version
+        first_seq = last_seq - n_events + 1
+        if commit.events:
+            conn.executemany(
+                f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
+                f"VALUES (?,?,?,?,?,?)",
+                [
+                    (
+                        session.session_id,
+                        first_seq + i,
+                        event.run_id,
+                        event.type,
+                        _codec.dumps(event.data),
+                        now,
+                    )
+                    for i, event in enumerate(commit.events)
+                ],
+            )
+        if commit.run is not None:
+            run = commit.run
+            conn.execute(
+                f"INSERT INTO {p}runs (session_id, run_id, status, agent_name, input, content, "
+                f"messages, metrics, error, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+                f"ON CONFLICT (session_id, run_id) DO UPDATE SET status = excluded.status, "
+                f"content = excluded.content, messages = excluded.messages, "
+                f"metrics = excluded.metrics, error = excluded.error, "
+                f"updated_at = excluded.updated_at",
+                (
+                    run.session_id,
+                    run.run_id,
+                    run.status,
+                    run.agent_name,
+                    run.input,
+                    run.content,
+                    _codec.dumps(run.messages),
+                    _codec.dumps(run.metrics),
+                    run.error,
+                    run.created_at or now,
+                    now,
+                ),
+            )
+        return CommitResult(
+            versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
+        )
+
+    def delete_session(self, session_id: str) -> bool:
+        validate_id(session_id)
+        p = self.table_prefix
+
+        def delete(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(
+                f"DELETE FROM {p}sessions WHERE session_id = ?", (session_id,)
+            ).rowcount
+            for table in ("events", "runs"):
+                conn.execute(f"DELETE FROM {p}{table} WHERE session_id = ?", (session_id,))
+            for table in ("deltas", "snapshots", "scopes"):
+                conn.execute(
+                    f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id = ?",
+                    (session_id,),
+                )
+            return bool(found)
+
+        return self._write(delete)
+
+    def prune_sessions(
+        self, *, older_than: float | timedelta | datetime, user_id: str | None = None
+    ) -> int:
+        cutoff = to_timestamp_cutoff(older_than, time.time())
+        sql = f"SELECT session_id FROM {self.table_prefix}sessions WHERE updated_at < ?"
+        params: list[Any] = [cutoff]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        ids = [row[0] for row in self._conn.execute(sql, params).fetchall()]
+        return sum(self.delete_session(session_id) for session_id in ids)
+
+    def import_records(
+        self,
+        session: SessionRecord,
+        deltas: Sequence[DeltaRecord],
+        events: Sequence[EventRecord],
+        runs: Sequence[RunRecord],
+    ) -> None:
+        p = self.table_prefix
+
+        def write(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(
+                    f"INSERT INTO {p}sessions (session_id, user_id, app_name, kind, created_at, "
+                    f"updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        session.session_id,
+                        session.user_id,
+                        session.app_name,
+                        session.kind,
+                        session.created_at,
+                        session.updated_at,
+                        session.last_seq,
+                        _codec.dumps(session.metadata),
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StorageError(
+                    f"cannot import session {session.session_id!r}: it already exists"
+                ) from exc
+            version = 0
+            for delta in deltas:
+                version = max(version, delta.version)
+                conn.execute(
+                    f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, "
+                    f"step, segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        "session",
+                        session.session_id,
+                        delta.version,
+                        session.session_id,
+                        delta.run_id,
+                        delta.step,
+                        _codec.dumps([s.to_dict() for s in delta.segments]),
+                        _codec.dumps(delta.conflicts) if delta.conflicts else None,
+                        delta.created_at,
+                    ),
+                )
+            if deltas:
+                conn.execute(
+                    f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
+                    f"VALUES ('session', ?, ?, ?)",
+                    (session.session_id, version, session.updated_at),
+                )
+            conn.executemany(
+                f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
+                f"VALUES (?,?,?,?,?,?)",
+                [
+                    (session.session_id, e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at)
+                    for e in events
+                ],
+            )
+            conn.executemany(
+                f"INSERT INTO {p}runs (session_id, run_id, status, agent_name, input, content, "
+                f"messages, metrics, error, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        session.session_id,
+                        r.run_id,
+                        r.status,
+                        r.agent_name,
+                        r.input,
+                        r.content,
+                        _codec.dumps(r.messages),
+                        _codec.dumps(r.metrics),
+                        r.error,
+                        r.created_at,
+                        r.updated_at,
+                    )
+                    for r in runs
+                ],
+            )
+
+        self._write(write)
+
+
+__all__ = ["DeltaSegment", "SqliteDb"]

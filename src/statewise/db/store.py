@@ -1,0 +1,566 @@
+"""The state engine between runs and storage: checkout, commit, rebase, cache.
+
+A run *checks out* a session's state: one merged, tracked dict holding the session's own
+keys, the user's `user:` keys and the app's `app:` keys. Code mutates it freely; the
+recorder logs every change as ops. At each commit point the ops are split by scope and
+committed with a compare-and-swap on each scope's version. When another writer got there
+first, the ops are rebased onto the latest stored state (commuting ops merge, true
+conflicts go by the key's rule and are recorded) and the commit is tried again.
+
+The checked-out tree is cached per session between runs, so an unchanged session is
+neither re-read nor re-parsed: a run costs a version probe, not a load.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewise.db import _codec
+from statewise.db.base import BaseDb, validate_id
+from statewise.db.replay import apply_segments
+from statewise.db.records import (
+    Commit,
+    DeltaSegment,
+    NewEvent,
+    RunRecord,
+    ScopeKey,
+    ScopeWrite,
+    SessionRecord,
+)
+from statewise.exceptions import StateError, VersionConflict
+from statewise.state.merge import Rules, rebase
+from statewise.state.ops import Op
+from statewise.state.schema import StateSchema
+from statewise.state.secrets import Cipher, is_encrypted
+from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
+
+USER_PREFIX = "user:"
+APP_PREFIX = "app:"
+TEMP_PREFIX = "temp:"
+ANONYMOUS_USER = "_anonymous"
+MAX_COMMIT_ATTEMPTS = 100
+SNAPSHOT_MIN_BYTES = 32 * 1024
+CACHE_SIZE = 512
+
+
+def scope_of(key: str) -> tuple[str, str]:
+    """Which scope a top-level key belongs to, and its name inside that scope."""
+    if key.startswith(USER_PREFIX):
+        return "user", key[len(USER_PREFIX) :]
+    if key.startswith(APP_PREFIX):
+        return "app", key[len(APP_PREFIX) :]
+    if key.startswith(TEMP_PREFIX):
+        return "temp", key
+    return "session", key
+
+
+_PREFIX = {"session": "", "user": USER_PREFIX, "app": APP_PREFIX}
+
+
+@dataclass(kw_only=True, slots=True)
+class SessionSpec:
+    """Who a run is for: the session, its user and its app."""
+
+    session_id: str
+    user_id: str | None = None
+    app_name: str = "default"
+    kind: str = "agent"
+
+    def keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
+        return (
+            ScopeKey("session", self.session_id),
+            ScopeKey("user", self.user_id or ANONYMOUS_USER),
+            ScopeKey("app", self.app_name),
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class _Sizes:
+    snapshot_bytes: int = 0
+    tail_bytes: int = 0
+
+
+@dataclass(kw_only=True)
+class WorkingState:
+    """A session's state checked out for one run (or one API call).
+
+    Every change is logged by `recorder`; `mark(source)` only notes where one source's
+    changes end, so nothing loses its undo record before it is committed.
+    """
+
+    spec: SessionSpec
+    record: SessionRecord | None
+    versions: dict[ScopeKey, int]
+    root: TrackedDict
+    recorder: Recorder
+    sizes: dict[ScopeKey, _Sizes] = field(default_factory=dict)
+    marks: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def is_new(self) -> bool:
+        return self.record is None
+
+    def mark(self, source: str) -> None:
+        """Attribute every change since the previous mark to `source`."""
+        end = len(self.recorder.ops)
+        if end > (self.marks[-1][1] if self.marks else 0):
+            self.marks.append((source, end))
+
+    def discard_uncommitted(self) -> None:
+        """Undo everything not yet committed (a run failed between commit points)."""
+        self.recorder.rollback(0)
+        self.marks.clear()
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.recorder.ops)
+
+    def plain(self) -> dict[str, Any]:
+        """The merged state as a plain dict, without `temp:` keys."""
+        return {k: to_plain(v) for k, v in self.root.items() if not k.startswith(TEMP_PREFIX)}
+
+    def take_segments(self, source: str) -> list[tuple[str, list[Op]]]:
+        """Drain the pending ops as (source, ops) segments; unmarked ones go to `source`."""
+        self.mark(source)
+        ops = self.recorder.drain()
+        segments, start = [], 0
+        for name, end in self.marks:
+            if end > start:
+                segments.append((name, ops[start:end]))
+            start = end
+        self.marks.clear()
+        return segments
+
+
+class _Cache:
+    """Checked-in session trees, by session id; a bounded LRU shared by one database."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, WorkingState] = OrderedDict()
+
+    def take(self, session_id: str) -> WorkingState | None:
+        with self._lock:
+            return self._entries.pop(session_id, None)
+
+    def give(self, ws: WorkingState) -> None:
+        with self._lock:
+            current = self._entries.get(ws.spec.session_id)
+            if current is not None and sum(current.versions.values()) > sum(ws.versions.values()):
+                return
+            self._entries[ws.spec.session_id] = ws
+            self._entries.move_to_end(ws.spec.session_id)
+            while len(self._entries) > CACHE_SIZE:
+                self._entries.popitem(last=False)
+
+    def plain_if_current(
+        self, session_id: str, versions: Mapping[ScopeKey, int]
+    ) -> dict[str, Any] | None:
+        """A copy of the cached state if it is exactly at `versions` (copied under the lock,
+        so no run can take and change it meanwhile)."""
+        with self._lock:
+            entry = self._entries.get(session_id)
+            if entry is None or any(entry.versions.get(k) != v for k, v in versions.items()):
+                return None
+            return entry.plain()
+
+    def drop(self, session_id: str) -> None:
+        with self._lock:
+            self._entries.pop(session_id, None)
+
+
+def _cache_for(db: BaseDb) -> _Cache:
+    cache: _Cache | None = getattr(db, "_statewise_cache", None)
+    if cache is None:
+        cache = _Cache()
+        db._statewise_cache = cache  # type: ignore[attr-defined]
+    return cache
+
+
+class StateStore:
+    """Session state on one database, with one agent's (or workflow's) rules.
+
+    `rules` decide true conflicts per key, `schema` validates every commit, `secret_keys`
+    are encrypted at rest with `cipher`.
+    """
+
+    def __init__(
+        self,
+        db: BaseDb,
+        *,
+        rules: Rules | None = None,
+        schema: StateSchema | None = None,
+        secret_keys: Iterable[str] = (),
+        cipher: Cipher | None = None,
+    ) -> None:
+        self.db = db
+        self.rules = rules or Rules()
+        self.schema = schema
+        self.secret_keys = frozenset(secret_keys) | (schema.secret_keys() if schema else frozenset())
+        self._cipher = cipher
+        self._cache = _cache_for(db)
+
+    @property
+    def cipher(self) -> Cipher:
+        if self._cipher is None:
+            self._cipher = Cipher.from_env()
+        return self._cipher
+
+    # ---- checkout / release ------------------------------------------------------------
+
+    def checkout(self, spec: SessionSpec) -> WorkingState:
+        validate_id(spec.session_id, "session_id")
+        if spec.user_id is not None:
+            validate_id(spec.user_id, "user_id")
+        keys = spec.keys()
+        record, versions = self.db.probe(spec.session_id, keys)
+        cached = self._cache.take(spec.session_id)
+        recorder = Recorder()
+        if cached is not None and cached.spec.keys() == keys:
+            stale = [k for k in keys if cached.versions.get(k) != versions[k]]
+            ws = cached
+            ws.recorder = recorder
+            ws.root.set_recorder(recorder)
+            ws.record = record
+            ws.marks = []
+            ws.spec = spec
+            if stale:
+                self._reload(ws, stale)
+            return ws
+        loaded = self.db.load_scopes(keys)
+        data: dict[str, Any] = {}
+        sizes = {}
+        for key in keys:
+            scope = loaded[key]
+            data.update(self._decode_scope(key, scope.data))
+            versions[key] = scope.version
+            sizes[key] = _Sizes(snapshot_bytes=scope.snapshot_bytes, tail_bytes=scope.tail_bytes)
+        root = track(data, recorder)
+        return WorkingState(
+            spec=spec, record=record, versions=versions, root=root, recorder=recorder, sizes=sizes
+        )
+
+    def release(self, ws: WorkingState, *, keep: bool = True) -> None:
+        """Return a checked-out state. Uncommitted changes are dropped, temp: keys too."""
+        for key in [k for k in ws.root if k.startswith(TEMP_PREFIX)]:
+            dict.pop(ws.root, key)
+        if ws.has_changes or not keep or ws.record is None:
+            self._cache.drop(ws.spec.session_id)
+            return
+        self._cache.give(ws)
+
+    def _reload(self, ws: WorkingState, keys: Sequence[ScopeKey]) -> None:
+        loaded = self.db.load_scopes(keys)
+        data = {k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in {k.kind for k in keys}}
+        for key in keys:
+            scope = loaded[key]
+            data.update(self._decode_scope(key, scope.data))
+            ws.versions[key] = scope.version
+            ws.sizes[key] = _Sizes(snapshot_bytes=scope.snapshot_bytes, tail_bytes=scope.tail_bytes)
+        ws.root.replace_contents(data)
+
+    def _decode_scope(self, key: ScopeKey, data: dict[str, Any]) -> dict[str, Any]:
+        prefix = _PREFIX[key.kind]
+        out = {}
+        for name, value in data.items():
+            full = prefix + name
+            if full in self.secret_keys and isinstance(value, dict):
+                if is_encrypted(value):
+                    value = self.cipher.decrypt_value(value)
+            out[full] = value
+        return out
+
+    # ---- reading state at a version ---------------------------------------------------------
+
+    def state_loader(self, ws: WorkingState) -> Callable[[], dict[str, Any]]:
+        """A function that returns the state as `ws` is now, even after later runs."""
+        spec, versions = ws.spec, dict(ws.versions)
+        return lambda: self.state_at(spec, versions)
+
+    def state_at(self, spec: SessionSpec, versions: Mapping[ScopeKey, int]) -> dict[str, Any]:
+        cached = self._cache.plain_if_current(spec.session_id, versions)
+        if cached is not None:
+            return cached
+        out: dict[str, Any] = {}
+        for key in spec.keys():
+            out.update(self._decode_scope(key, self.scope_at(key, versions.get(key, 0))))
+        return out
+
+    def scope_at(self, key: ScopeKey, version: int) -> dict[str, Any]:
+        """A scope's plain stored state at `version`: nearest snapshot, then deltas."""
+        if version <= 0:
+            return {}
+        snapshot_version, data = self.db.read_snapshot(key, version)
+        for delta in self.db.read_deltas(
+            key, after_version=snapshot_version, upto_version=version
+        ):
+            apply_segments(key, delta.version, data, delta.segments)
+        return data
+
+    # ---- commit ----------------------------------------------------------------------------
+
+    def validate(self, ws: WorkingState, keys: Iterable[str]) -> None:
+        """Check `keys` against the schema (O(change)); raises StateValidationError."""
+        if self.schema is not None:
+            touched = {k for k in keys if not k.startswith(TEMP_PREFIX)}
+            if touched:
+                self.schema.validate_keys(ws.root, touched)
+
+    def commit(
+        self,
+        ws: WorkingState,
+        *,
+        events: Sequence[NewEvent] = (),
+        run: RunRecord | None = None,
+        run_id: str | None = None,
+        step: int | None = None,
+        source: str = "unattributed",
+    ) -> Committed:
+        """Persist the pending ops with `events` (and `run`), rebasing on lost races."""
+        self.validate(ws, {op.path[0] for op in ws.recorder.ops})
+        pending = _Pending(segments=ws.take_segments(source))
+        attempt = 0
+        while True:
+            attempt += 1
+            commit = self._build_commit(ws, pending, events, run, run_id, step)
+            try:
+                result = self.db.commit(commit)
+            except VersionConflict:
+                if attempt >= MAX_COMMIT_ATTEMPTS:
+                    raise
+                self._rebase(ws, pending)
+                time.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+                continue
+            break
+        for write in commit.writes:
+            ws.versions[write.key] = result.versions[write.key]
+            size = ws.sizes.setdefault(write.key, _Sizes())
+            if write.snapshot is not None:
+                size.snapshot_bytes = write.snapshot_bytes
+                size.tail_bytes = 0
+            else:
+                size.tail_bytes += write.delta_bytes
+        if ws.record is None:
+            ws.record = commit.session
+        ws.record.last_seq = result.last_seq
+        changes = [
+            {"scope": e.data["scope"], **op}
+            for e in commit.events
+            if e.type == "state_delta"
+            for segment in e.data["segments"]
+            for op in segment["ops"]
+        ]
+        return Committed(
+            versions={w.key: result.versions[w.key] for w in commit.writes},
+            last_seq=result.last_seq,
+            changes=changes,
+            conflicts=list(pending.conflicts),
+        )
+
+    def _build_commit(
+        self,
+        ws: WorkingState,
+        pending: _Pending,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+    ) -> Commit:
+        spec = ws.spec
+        by_scope: dict[str, list[DeltaSegment]] = {}
+        for source, ops in pending.segments:
+            split: dict[str, list[dict[str, Any]]] = {}
+            for op in ops:
+                kind = scope_of(op.path[0])[0]
+                if kind != "temp":
+                    split.setdefault(kind, []).append(self._encode_op(op, ws.root, kind))
+            for kind, encoded in split.items():
+                by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
+        writes = []
+        all_events = list(events)
+        for key in spec.keys():
+            segments = by_scope.get(key.kind)
+            if not segments:
+                continue
+            delta_bytes = len(_codec.dumps([s.to_dict() for s in segments]))
+            size = ws.sizes.setdefault(key, _Sizes())
+            snapshot = None
+            if size.tail_bytes + delta_bytes > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES):
+                snapshot = self._scope_snapshot(ws, key)
+            conflicts = [c for c in pending.conflicts if c["scope"] == key.kind]
+            write = ScopeWrite(
+                key=key,
+                base_version=ws.versions.get(key, 0),
+                segments=segments,
+                conflicts=conflicts,
+                snapshot=snapshot,
+                delta_bytes=delta_bytes,
+            )
+            writes.append(write)
+            all_events.append(
+                NewEvent(
+                    type="state_delta",
+                    run_id=run_id,
+                    data={
+                        "scope": key.kind,
+                        "scope_id": key.id,
+                        "version": write.base_version + 1,
+                        "step": step,
+                        "segments": [self._redacted(s, key.kind) for s in segments],
+                    },
+                )
+            )
+        for conflict in pending.conflicts:
+            all_events.append(
+                NewEvent(type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict))
+            )
+        session = ws.record or SessionRecord(
+            session_id=spec.session_id,
+            user_id=spec.user_id,
+            app_name=spec.app_name,
+            kind=spec.kind,
+        )
+        return Commit(
+            session=session,
+            create_session=ws.record is None,
+            writes=writes,
+            events=all_events,
+            run=run,
+            run_id=run_id,
+            step=step,
+        )
+
+    def _encode_op(self, op: Op, root: Mapping[str, Any], kind: str) -> dict[str, Any]:
+        """An op as stored: path relative to its scope; secrets whole and encrypted."""
+        full = str(op.path[0])
+        name = scope_of(full)[1]
+        if full in self.secret_keys:
+            if full not in root:
+                return {"op": "delete", "path": [name]}
+            value = self.cipher.encrypt_value(to_plain(root[full]))
+            return {"op": "set", "path": [name], "value": value}
+        data = op.to_json()
+        if kind != "session":
+            data["path"] = [name, *data["path"][1:]]
+        return data
+
+    def _redacted(self, segment: DeltaSegment, kind: str) -> dict[str, Any]:
+        secret_names = {scope_of(k)[1] for k in self.secret_keys if scope_of(k)[0] == kind}
+        if not secret_names:
+            return segment.to_dict()
+        ops = [
+            {**raw, "value": "***"} if raw["path"][0] in secret_names and "value" in raw else raw
+            for raw in segment.ops
+        ]
+        return {"source": segment.source, "ops": ops}
+
+    def _redact_conflict(self, conflict: dict[str, Any]) -> dict[str, Any]:
+        path = conflict.get("path") or [""]
+        if path and path[0] in self.secret_keys:
+            return {**conflict, "base": "***", "theirs": "***", "ours": "***", "resolved": "***"}
+        return conflict
+
+    def _scope_snapshot(self, ws: WorkingState, key: ScopeKey) -> dict[str, Any]:
+        prefix = _PREFIX[key.kind]
+        out = {}
+        for full, value in ws.root.items():
+            if scope_of(full)[0] != key.kind:
+                continue
+            plain = to_plain(value)
+            if full in self.secret_keys:
+                plain = self.cipher.encrypt_value(plain)
+            out[full[len(prefix) :]] = plain
+        return out
+
+    def _rebase(self, ws: WorkingState, pending: _Pending) -> None:
+        """Re-apply our pending ops on the latest stored state of every scope that moved."""
+        keys = ws.spec.keys()
+        record, versions = self.db.probe(ws.spec.session_id, keys)
+        ws.record = record
+        moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
+        if not moved:
+            return
+        loaded = self.db.load_scopes(moved)
+        moved_kinds = {k.kind for k in moved}
+        rebased: dict[str, list[Op]] = {}
+        latest_data: dict[str, Any] = {}
+        for key in moved:
+            prefix = _PREFIX[key.kind]
+            theirs = []
+            for delta in self.db.read_deltas(key, after_version=ws.versions.get(key, 0)):
+                for raw in delta.ops:
+                    op = Op.from_json(raw)
+                    theirs.append(
+                        Op(op=op.op, path=(prefix + str(op.path[0]), *op.path[1:]),
+                           value=op.value, index=op.index)
+                    )
+            latest = self._decode_scope(key, loaded[key].data)
+            mine = [op for _s, ops in pending.segments for op in ops
+                    if scope_of(str(op.path[0]))[0] == key.kind]
+            if mine:
+                result = rebase(latest, theirs, mine, self.rules)
+                rebased[key.kind] = list(result.ops)
+                for conflict in result.conflicts:
+                    pending.conflicts.append({"scope": key.kind, **conflict.to_json()})
+            ws.versions[key] = loaded[key].version
+            ws.sizes[key] = _Sizes(
+                snapshot_bytes=loaded[key].snapshot_bytes, tail_bytes=loaded[key].tail_bytes
+            )
+            latest_data.update(latest)
+        pending.segments = _resplit(pending.segments, rebased)
+        data = {k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in moved_kinds}
+        data.update(latest_data)
+        ws.root.replace_contents(data)
+
+
+@dataclass(kw_only=True)
+class Committed:
+    """What a commit wrote: new scope versions, the ops (secrets redacted), conflicts."""
+
+    versions: dict[ScopeKey, int]
+    last_seq: int
+    changes: list[dict[str, Any]]
+    conflicts: list[dict[str, Any]]
+
+
+@dataclass(kw_only=True)
+class _Pending:
+    """Ops drained for a commit that may need rebasing before it lands."""
+
+    segments: list[tuple[str, list[Op]]]
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _resplit(
+    segments: list[tuple[str, list[Op]]], rebased: dict[str, list[Op]]
+) -> list[tuple[str, list[Op]]]:
+    """Put rebased ops back under the sources that made them (rebase keeps op order)."""
+    queues = {kind: iter(ops) for kind, ops in rebased.items()}
+    out = []
+    for source, ops in segments:
+        new_ops = []
+        for op in ops:
+            kind = scope_of(str(op.path[0]))[0]
+            if kind in queues:
+                replacement = next(queues[kind], None)
+                if replacement is not None:
+                    new_ops.append(replacement)
+            else:
+                new_ops.append(op)
+        if new_ops:
+            out.append((source, new_ops))
+    return out
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+__all__ = ["Committed", "SessionSpec", "StateStore", "WorkingState", "new_id", "scope_of"]

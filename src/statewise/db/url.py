@@ -1,0 +1,70 @@
+"""Pick a backend from a URL: `sqlite:///path`, `memory://`, `postgresql://`, `redis://`."""
+
+from __future__ import annotations
+
+import os
+from importlib import import_module
+from typing import Any
+
+from statewise.db.base import BaseDb
+from statewise.exceptions import ConfigurationError
+
+
+def mask_password(url: str) -> str:
+    """The URL with its password replaced by ***, for error messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user, colon, _password = credentials.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}"
+
+
+def db_from_url(url: str) -> BaseDb:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        from statewise.db.sqlite import SqliteDb
+
+        return SqliteDb(db_file=url)
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        from statewise.db.sqlite import SqliteDb
+
+        path = rest[1:] if rest.startswith("/") else rest
+        return SqliteDb(db_file=path or ":memory:")
+    if scheme == "memory":
+        from statewise.db.memory import InMemoryDb
+
+        return InMemoryDb()
+    backends = {
+        "postgres": ("statewise.db.postgres", "PostgresDb", "db_url"),
+        "postgresql": ("statewise.db.postgres", "PostgresDb", "db_url"),
+        "redis": ("statewise.db.redis", "RedisDb", "url"),
+        "rediss": ("statewise.db.redis", "RedisDb", "url"),
+    }
+    if scheme in backends:
+        module, cls, arg = backends[scheme]
+        factory: Any = getattr(import_module(module), cls)
+        db: BaseDb = factory(**{arg: url})
+        return db
+    raise ConfigurationError(
+        f"unknown database URL scheme {scheme!r} in {mask_password(url)!r}; use sqlite:///path, "
+        f"memory://, postgresql://... or redis://..."
+    )
+
+
+def resolve_db(db: BaseDb | str | None) -> BaseDb:
+    """A database object as given, one built from a URL, or (none given) the one named by
+    STATEWISE_DB_URL, else a fresh in-memory database."""
+    if isinstance(db, BaseDb):
+        return db
+    if isinstance(db, str):
+        return db_from_url(db)
+    if db is None:
+        url = os.environ.get("STATEWISE_DB_URL")
+        if url:
+            return db_from_url(url)
+        from statewise.db.memory import InMemoryDb
+
+        return InMemoryDb()
+    raise ConfigurationError(f"db must be a database object or a URL, not {type(db).__name__}")

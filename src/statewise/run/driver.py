@@ -1,0 +1,193 @@
+"""A whole agent run: check out the session, commit at run start, run the steps, commit at
+run end, release. The commit points are DESIGN §3's and the README's table:
+
+  (a) run start   the input, default/initial state, `before_agent` writes
+  (b) each step   the model response, tool calls and results, model/tool callback and
+                  tool writes (in `loop.run_steps`)
+  (c) run end     the output, `output_key`, `after_agent` writes
+
+A failure between commit points undoes only what was not committed yet, and records the
+run as failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from statewise.db.records import NewEvent, RunRecord
+from statewise.db.store import SessionSpec, StateStore, WorkingState, new_id, scope_of
+from statewise.models.messages import Message
+from statewise.run.callbacks import first_result
+from statewise.run.context import RunContext
+from statewise.run.events import RunCompleted, RunEvent, RunStarted
+from statewise.run.loop import StepsResult, run_steps
+from statewise.run.output import RunMetrics, RunOutput
+from statewise.run.runtime import AgentRuntime
+from statewise.run.scope import RunScope
+from statewise.state.tracked import TrackedDict
+
+
+@dataclass(kw_only=True, eq=False)
+class RunRequest:
+    input: str
+    spec: SessionSpec
+    defaults: Mapping[str, Any]
+    session_state: Mapping[str, Any] | None = None
+    overwrite: bool = False
+    history_runs: int | None = None
+    stream: bool = False
+
+
+def deep_merge(target: TrackedDict, updates: Mapping[str, Any]) -> None:
+    """Merge `updates` into live state: nested dicts merge key by key, the rest is set."""
+    for key, value in updates.items():
+        current = target.get(key)
+        if isinstance(value, Mapping) and isinstance(current, dict):
+            deep_merge(current, value)  # type: ignore[arg-type]
+        else:
+            target[key] = value
+
+
+def initialize_state(
+    working: WorkingState,
+    defaults: Mapping[str, Any],
+    session_state: Mapping[str, Any] | None,
+    overwrite: bool,
+) -> None:
+    """Apply the agent's default state (new sessions only; `user:`/`app:` defaults fill
+    missing keys of those shared scopes) and the run's `session_state`."""
+    root = working.root
+    for key, value in defaults.items():
+        if key.startswith("temp:"):
+            root[key] = value
+        elif key not in root and (working.is_new or scope_of(key)[0] != "session"):
+            root[key] = value
+    working.mark("default_state")
+    if session_state:
+        if overwrite:
+            for key in [k for k in root if scope_of(k)[0] == "session" and k not in session_state]:
+                del root[key]
+            for key, value in session_state.items():
+                root[key] = value
+        else:
+            deep_merge(root, session_state)
+        working.mark("run_input")
+
+
+async def drive_run(
+    rt: AgentRuntime, store: StateStore, request: RunRequest
+) -> AsyncIterator[RunEvent]:
+    spec = request.spec
+    started = time.perf_counter()
+    working = await store.db._run_async(store.checkout, spec)
+    run_id = new_id()
+    ctx = RunContext(
+        run_id=run_id,
+        session_id=spec.session_id,
+        user_id=spec.user_id,
+        agent=rt.agent,
+        agent_name=rt.name,
+        _working=working,
+        _store=store,
+    )
+    scope = RunScope(store=store, working=working, run_id=run_id)
+    metrics = RunMetrics()
+    record = RunRecord(
+        session_id=spec.session_id, run_id=run_id, agent_name=rt.name, input=request.input
+    )
+    keep = True
+    try:
+        initialize_state(working, request.defaults, request.session_state, request.overwrite)
+        yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name)
+        available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
+        early = await first_result(rt.callbacks.before_agent, available)
+        working.mark("callback:before_agent")
+        changed = await scope.commit(
+            [
+                NewEvent(type="run_started", run_id=run_id, data={"agent": rt.name}),
+                NewEvent(type="user_input", run_id=run_id, data={"content": request.input}),
+            ],
+            run=record,
+            step=0,
+            source="run_start",
+        )
+        if changed is not None:
+            yield changed
+        user_message = Message(role="user", content=request.input)
+        result = StepsResult()
+        if early is not None:
+            result.content = early if isinstance(early, str) else str(early)
+            result.messages.append(Message(role="assistant", content=result.content))
+        else:
+            history = await history_messages(store, spec.session_id, request.history_runs)
+            async for event in run_steps(
+                rt, scope, ctx, [*history, user_message], metrics, result, stream=request.stream
+            ):
+                yield event
+        if rt.output_key:
+            ctx.session_state[rt.output_key] = result.content
+            working.mark("output_key")
+        replaced = await first_result(rt.callbacks.after_agent, available)
+        if replaced is not None:
+            result.content = replaced if isinstance(replaced, str) else str(replaced)
+        working.mark("callback:after_agent")
+        metrics.input_tokens = result.usage.input_tokens
+        metrics.output_tokens = result.usage.output_tokens
+        metrics.total_tokens = result.usage.total_tokens
+        metrics.duration = time.perf_counter() - started
+        messages = [user_message, *result.messages]
+        record.status = "completed"
+        record.content = result.content
+        record.messages = [m.to_dict() for m in messages]
+        record.metrics = metrics.to_dict()
+        changed = await scope.commit(
+            [NewEvent(type="run_completed", run_id=run_id,
+                      data={"content": result.content, "metrics": metrics.to_dict()})],
+            run=record,
+            source="run_end",
+        )
+        if changed is not None:
+            yield changed
+        output = RunOutput(
+            content=result.content,
+            run_id=run_id,
+            session_id=spec.session_id,
+            user_id=spec.user_id,
+            messages=messages,
+            metrics=metrics,
+            agent_name=rt.name,
+            conflicts=scope.conflicts,
+            state_loader=store.state_loader(working),
+        )
+        yield RunCompleted(output=output)
+    except BaseException as exc:
+        keep = False
+        working.discard_uncommitted()
+        if working.record is not None:
+            record.status = "failed"
+            record.error = f"{type(exc).__name__}: {exc}"
+            try:
+                await scope.commit(
+                    [NewEvent(type="run_failed", run_id=run_id, data={"error": record.error})],
+                    run=record,
+                    source="run_failed",
+                )
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise
+    finally:
+        store.release(working, keep=keep)
+
+
+async def history_messages(
+    store: StateStore, session_id: str, runs: int | None
+) -> Sequence[Message]:
+    if not runs:
+        return []
+    records = await store.db._run_async(
+        store.db.read_runs, session_id, limit=runs, status="completed"
+    )
+    return [Message.from_dict(m) for r in records for m in r.messages]

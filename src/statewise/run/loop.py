@@ -1,0 +1,184 @@
+"""The agent loop: render instructions, ask the model, call tools, commit; repeat.
+
+One step is one model call plus the tool calls it asked for, and ends with a commit
+(DESIGN §3 commit point b). Instructions are rendered from state before *every* model
+call, so the model always sees what earlier tool calls wrote. Errors a model can act on
+(unknown tool, bad arguments, a tool that raises) go back to it as the tool's result;
+that call's state writes are undone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewise.db.records import NewEvent
+from statewise.exceptions import RunError, StatewiseError
+from statewise.models.messages import (
+    Message,
+    ModelResponse,
+    RequestInfo,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
+from statewise.run.callbacks import first_result
+from statewise.run.context import RunContext
+from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
+from statewise.run.output import RunMetrics
+from statewise.run.runtime import AgentRuntime
+from statewise.run.scope import RunScope
+from statewise.tools import ToolArgumentsError, call_with_hooks, format_tool_result
+
+
+@dataclass(kw_only=True, eq=False)
+class ModelRequest:
+    """What `before_model_callback` sees (as `llm_request`) and may edit."""
+
+    messages: list[Message]
+    info: RequestInfo
+
+
+@dataclass(kw_only=True, eq=False)
+class StepsResult:
+    content: str | None = None
+    messages: list[Message] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+async def run_steps(
+    rt: AgentRuntime,
+    scope: RunScope,
+    ctx: RunContext,
+    conversation: list[Message],
+    metrics: RunMetrics,
+    result: StepsResult,
+    *,
+    stream: bool,
+) -> AsyncIterator[RunEvent]:
+    """Run model/tool steps until the model answers without tool calls.
+
+    `conversation` holds history and this run's user message; new messages are appended
+    to `result.messages` as they happen.
+    """
+    if rt.model is None:
+        raise RunError(f"agent {rt.name or '(unnamed)'} has no model; pass model=... to run it")
+    model = rt.model
+    tools = [f.definition() for f in rt.functions.values()]
+    started = time.perf_counter()
+    for step in range(1, rt.max_steps + 1):
+        ctx.step = step
+        system = rt.system_prompt(ctx)
+        messages = ([Message(role="system", content=system)] if system else []) + conversation
+        messages += result.messages
+        request = ModelRequest(
+            messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
+        )
+        available = {"callback_context": ctx, "run_context": ctx, "llm_request": request,
+                     "agent": rt.agent}
+        response = await first_result(rt.callbacks.before_model, available)
+        if isinstance(response, str):
+            response = ModelResponse(content=response)
+        if response is None:
+            response = None
+            if stream:
+                async for chunk in model.request_stream(request.messages, request.info):
+                    if isinstance(chunk, ModelResponse):
+                        response = chunk
+                    elif isinstance(chunk, TextDelta) and chunk.content:
+                        if metrics.time_to_first_token is None:
+                            metrics.time_to_first_token = time.perf_counter() - started
+                        yield ContentDelta(content=chunk.content, agent_name=rt.name)
+                if response is None:
+                    raise RunError(f"model {model.name} ended its stream without a response")
+            else:
+                response = await model.request(request.messages, request.info)
+            metrics.model_requests += 1
+            result.usage = result.usage + response.usage
+        ctx.metadata["model_response"] = response
+        replaced = await first_result(
+            rt.callbacks.after_model, {**available, "llm_response": response}
+        )
+        if isinstance(replaced, ModelResponse):
+            response = replaced
+        elif isinstance(replaced, str):
+            response = ModelResponse(content=replaced)
+        ctx.metadata.pop("model_response", None)
+        scope.working.mark("callback:model")
+        assistant = response.to_message()
+        result.messages.append(assistant)
+        events = [NewEvent(type="model_response", run_id=ctx.run_id, data={
+            "agent": rt.name, "step": step, "message": assistant.to_dict(),
+            "usage": response.usage.to_dict()})]
+        for call in response.tool_calls:
+            yield ToolCallStarted(tool_call_id=call.id, tool_name=call.name,
+                                  arguments=call.arguments, agent_name=rt.name)
+            text, is_error = await _call_tool(rt, scope, ctx, call)
+            metrics.tool_calls += 1
+            result.messages.append(
+                Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
+            )
+            events.append(NewEvent(type="tool_call", run_id=ctx.run_id, data={
+                "agent": rt.name, "step": step, "tool_call_id": call.id, "name": call.name,
+                "arguments": call.arguments, "result": text, "is_error": is_error}))
+            yield ToolCallCompleted(tool_call_id=call.id, tool_name=call.name, result=text,
+                                    is_error=is_error, agent_name=rt.name)
+        changed = await scope.commit(events, step=step, source="step")
+        if changed is not None:
+            yield changed
+        if not response.tool_calls:
+            result.content = response.content
+            if not stream and response.content:
+                pass
+            return
+    raise RunError(
+        f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
+        f"answer; raise max_steps if it needs more"
+    )
+
+
+async def _call_tool(
+    rt: AgentRuntime, scope: RunScope, ctx: RunContext, call: ToolCall
+) -> tuple[str, bool]:
+    """Run one tool call atomically: its state writes are kept only if it succeeds."""
+    working = scope.working
+    savepoint = working.recorder.savepoint()
+    function = rt.functions.get(call.name)
+    if function is None:
+        known = ", ".join(sorted(rt.functions)) or "none"
+        return f"Error: unknown tool {call.name!r}. Available tools: {known}.", True
+    if call.arguments_error is not None:
+        return (f"Error: the arguments for tool {call.name!r} are not valid JSON "
+                f"({call.arguments_error}). Call it again with a JSON object."), True
+    available: dict[str, Any] = {
+        "callback_context": ctx, "tool_context": ctx, "run_context": ctx, "agent": rt.agent,
+        "tool_name": call.name, "tool": function, "args": call.arguments,
+        "arguments": call.arguments,
+    }
+    try:
+        value = await first_result(rt.callbacks.before_tool, available)
+        if value is None:
+            injected = {
+                **rt.injected,
+                "run_context": ctx, "tool_context": ctx, "callback_context": ctx,
+                "session_state": ctx.session_state, "agent_state": ctx.session_state,
+                "agent": rt.agent,
+            }
+            value = await call_with_hooks(function, call.arguments, rt.tool_hooks, injected)
+        replaced = await first_result(
+            rt.callbacks.after_tool, {**available, "tool_response": value, "result": value}
+        )
+        if replaced is not None:
+            value = replaced
+        scope.store.validate(working, {op.path[0] for op in working.recorder.ops[savepoint:]})
+        text = format_tool_result(value)
+    except ToolArgumentsError as exc:
+        working.recorder.rollback(savepoint)
+        return f"Error: {exc}", True
+    except (Exception, StatewiseError) as exc:  # noqa: BLE001 - the model gets the error text
+        working.recorder.rollback(savepoint)
+        return f"Error: {type(exc).__name__}: {exc}", True
+    working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))
+    return text, False

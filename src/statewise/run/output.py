@@ -1,0 +1,61 @@
+"""The result of a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from statewise.models.messages import Message
+
+
+@dataclass(kw_only=True, slots=True)
+class RunMetrics:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    model_requests: int = 0
+    tool_calls: int = 0
+    duration: float = 0.0
+    time_to_first_token: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "model_requests": self.model_requests,
+            "tool_calls": self.tool_calls,
+            "duration": self.duration,
+            "time_to_first_token": self.time_to_first_token,
+        }
+
+
+@dataclass(kw_only=True, eq=False)
+class RunOutput:
+    """What `run` returns.
+
+    `session_state` is the state as this run left it, copied on first access rather than
+    at the end of every run: copying a large state is O(state), a run should not be.
+    """
+
+    content: Any
+    run_id: str
+    session_id: str
+    user_id: str | None
+    messages: list[Message] = field(default_factory=list)
+    status: Literal["completed", "failed"] = "completed"
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+    agent_name: str | None = None
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    state_loader: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    _session_state: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        if self._session_state is None:
+            self._session_state = self.state_loader() if self.state_loader else {}
+        return self._session_state
+
+    def __str__(self) -> str:
+        return "" if self.content is None else str(self.content)

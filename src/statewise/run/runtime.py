@@ -1,0 +1,30 @@
+"""What the run loop needs to know about an agent, independent of the façade classes.
+
+The Agent (and Team) build one of these per run; the loop sits below them and never
+imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewise.models.base import Model
+from statewise.run.callbacks import Callbacks
+from statewise.run.context import RunContext
+from statewise.tools.function import Function
+
+
+@dataclass(kw_only=True, eq=False)
+class AgentRuntime:
+    name: str | None
+    model: Model | None
+    functions: Mapping[str, Function]
+    system_prompt: Callable[[RunContext], str | None]
+    tool_hooks: tuple[Callable[..., Any], ...] = ()
+    callbacks: Callbacks = field(default_factory=Callbacks)
+    output_key: str | None = None
+    max_steps: int = 25
+    agent: Any = None
+    injected: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,90 @@
+"""Run coroutines and async iterators from sync code, also inside a running event loop.
+
+With no loop running in this thread we reuse one loop per thread (a new loop per call
+costs more than a small run). Inside a running loop (Jupyter, an async web handler) the
+coroutine runs to completion on a fresh loop in a worker thread, so sync calls never
+raise "event loop is already running" and never deadlock the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_local = threading.local()
+
+
+def _thread_runner() -> asyncio.Runner:
+    runner: asyncio.Runner | None = getattr(_local, "runner", None)
+    if runner is None:
+        runner = _local.runner = asyncio.Runner()
+    return runner
+
+
+def _in_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    if not _in_running_loop():
+        return _thread_runner().run(coro)
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coro))
+        except BaseException as exc:
+            error.append(exc)
+
+    worker = threading.Thread(target=target, name="statewise-sync-run")
+    worker.start()
+    worker.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+_DONE = object()
+
+
+def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
+    """A sync iterator over an async one."""
+    if not _in_running_loop():
+        runner = _thread_runner()
+        while True:
+            try:
+                yield runner.run(agen.__anext__())  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return
+    items: queue.Queue[Any] = queue.Queue(maxsize=64)
+
+    async def pump() -> None:
+        try:
+            async for item in agen:
+                items.put(item)
+        except BaseException as exc:
+            items.put(exc)
+        else:
+            items.put(_DONE)
+
+    worker = threading.Thread(target=lambda: asyncio.run(pump()), name="statewise-sync-stream")
+    worker.start()
+    while True:
+        item = items.get()
+        if item is _DONE:
+            break
+        if isinstance(item, BaseException):
+            worker.join()
+            raise item
+        yield item
+    worker.join()

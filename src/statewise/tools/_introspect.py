@@ -11,7 +11,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import docstring_parser
@@ -87,6 +87,20 @@ def split_injected(params: list[inspect.Parameter]) -> tuple[frozenset[str], fro
     injected = frozenset(p.name for p in params if p.name in INJECTABLE_NAMES)
     required = frozenset(p.name for p in params if p.name in injected and p.default is p.empty)
     return injected, required
+
+
+def fill_injected(
+    kwargs: dict[str, Any],
+    declared: frozenset[str],
+    required: frozenset[str],
+    values: Mapping[str, Any],
+) -> None:
+    """Add to `kwargs` the injectables a callable declared, as `split_injected` describes."""
+    for name in declared:
+        if name in values:
+            kwargs[name] = values[name]
+        elif name in required:
+            kwargs[name] = None
 
 
 def resolve_annotation(fn: Callable[..., Any], param: inspect.Parameter, what: str) -> Any:

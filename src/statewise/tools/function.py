@@ -20,6 +20,7 @@ from statewise.models.messages import ToolDefinition
 from statewise.tools._introspect import (
     callable_name,
     check_tool_name,
+    fill_injected,
     is_async_callable,
     parameters_of,
     parse_docstring,
@@ -113,11 +114,7 @@ class Function:
         The one code path under both `call` and the synchronous hook chain.
         """
         kwargs = self.validate_arguments(arguments)
-        for param in self.injected:
-            if param in injected:
-                kwargs[param] = injected[param]
-            elif param in self._injected_required:
-                kwargs[param] = None
+        fill_injected(kwargs, self.injected, self._injected_required, injected)
         return self.function(**kwargs)
 
     async def call(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:

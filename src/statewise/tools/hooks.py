@@ -34,6 +34,7 @@ from statewise.exceptions import ConfigurationError
 from statewise.tools._introspect import (
     INJECTABLE_NAMES,
     callable_name,
+    fill_injected,
     is_async_callable,
     parameters_of,
     split_injected,
@@ -163,11 +164,7 @@ class _Chain:
         function_call: Callable[..., Any],
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
-        for name in spec.injected:
-            if name in self.injected:
-                kwargs[name] = self.injected[name]
-            elif name in spec.injected_required:
-                kwargs[name] = None
+        fill_injected(kwargs, spec.injected, spec.injected_required, self.injected)
         if "function_name" in spec.wants:
             kwargs["function_name"] = self.function.name
         if "function_call" in spec.wants:

@@ -102,6 +102,7 @@ class WorkingState:
     recorder: Recorder
     sizes: dict[ScopeKey, _Sizes] = field(default_factory=dict)
     marks: list[tuple[str, int]] = field(default_factory=list)
+    clean: int = 0  # the recorder savepoint of the last commit (or checkout)
 
     @property
     def is_new(self) -> bool:
@@ -115,7 +116,7 @@ class WorkingState:
 
     def discard_uncommitted(self) -> None:
         """Undo everything not yet committed (a run failed between commit points)."""
-        self.recorder.rollback(0)
+        self.recorder.rollback(self.clean)
         self.marks.clear()
 
     @property
@@ -130,6 +131,7 @@ class WorkingState:
         """Drain the pending ops as (source, ops) segments; unmarked ones go to `source`."""
         self.mark(source)
         ops = self.recorder.drain()
+        self.clean = self.recorder.savepoint()
         segments, start = [], 0
         for name, end in self.marks:
             if end > start:
@@ -230,6 +232,7 @@ class StateStore:
             ws.root.set_recorder(recorder)
             ws.record = record
             ws.marks = []
+            ws.clean = recorder.savepoint()
             ws.spec = spec
             if stale:
                 self._reload(ws, stale)

@@ -145,6 +145,7 @@ async def _call_tool(
     """Run one tool call atomically: its state writes are kept only if it succeeds."""
     working = scope.working
     savepoint = working.recorder.savepoint()
+    ops_before = len(working.recorder.ops)
     function = rt.functions.get(call.name)
     if function is None:
         known = ", ".join(sorted(rt.functions)) or "none"
@@ -172,7 +173,7 @@ async def _call_tool(
         )
         if replaced is not None:
             value = replaced
-        scope.store.validate(working, {op.path[0] for op in working.recorder.ops[savepoint:]})
+        scope.store.validate(working, {op.path[0] for op in working.recorder.ops[ops_before:]})
         text = format_tool_result(value)
     except ToolArgumentsError as exc:
         working.recorder.rollback(savepoint)

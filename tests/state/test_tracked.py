@@ -232,7 +232,7 @@ def test_list_mutators_replay() -> None:
     lst.remove(9)
     lst[-1] = 0
     assert lst[:2] == [7, 8]
-    assert lst + [1] == [*lst, 1]
+    assert lst + [1] == [*lst, 1]  # noqa: RUF005 (testing __add__)
     assert isinstance(lst, TrackedList)
     assert replayed(start, rec.ops) == state
     lst.clear()

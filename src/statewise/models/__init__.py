@@ -27,6 +27,7 @@ from statewise.models.messages import (
     ToolDefinition,
     Usage,
 )
+from statewise.models.registry import infer_model, register_provider
 from statewise.models.test import TestModel
 
 ALLOW_MODEL_REQUESTS: bool = True
@@ -45,6 +46,8 @@ __all__ = [
     "ToolCallDelta",
     "ToolDefinition",
     "Usage",
+    "infer_model",
+    "register_provider",
 ]
 
 _LAZY = {

@@ -84,6 +84,8 @@ def translate(
         body = getattr(exc, "body", None)
         message = _redact(error_message(body) or str(exc), api_key)
         text = f"{prefix}: HTTP {status}: {message}"
+        if status < 400:  # an error event inside a successful stream
+            return ModelError(f"{prefix}: error event in stream: {message}")
         if status in (401, 403):
             return ModelAuthenticationError(text, status_code=status, body=body)
         if status == 429:

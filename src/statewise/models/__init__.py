@@ -28,6 +28,7 @@ from statewise.models.messages import (
     Usage,
 )
 from statewise.models.registry import infer_model, register_provider
+from statewise.models.replay import RecordingModel, ReplayModel
 from statewise.models.test import TestModel
 
 ALLOW_MODEL_REQUESTS: bool = True
@@ -38,6 +39,8 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "RecordingModel",
+    "ReplayModel",
     "RequestInfo",
     "StreamChunk",
     "TestModel",

@@ -1,0 +1,132 @@
+"""What the SDK-backed providers share: the request switch, retries, error translation,
+settings routing and one client per event loop.
+
+A client is bound to the event loop it first ran on (its connection pool is), and sync
+façades may run each call in a fresh loop; so the client is created lazily and re-created
+when the running loop changes. Pass `client=` to use your own instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from statewise.models._errors import SdkErrors, classify, translate
+from statewise.models._guard import check_allow_model_requests
+from statewise.models._retry import RetryPolicy, with_retries
+from statewise.models.base import Model
+
+T = TypeVar("T")
+ClientT = TypeVar("ClientT")
+
+
+class SdkModel(Model, Generic[ClientT]):
+    """Base of `OpenAIChat`, `OpenAIResponses` and `Claude`; subclasses set `sdk_errors`
+    and implement `_make_client`, `request` and `request_stream`."""
+
+    sdk_errors: SdkErrors
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        api_key: str | None,
+        timeout: float,
+        retry: RetryPolicy | None,
+        max_retries: int | None,
+        client: ClientT | None,
+        settings: dict[str, Any],
+    ) -> None:
+        self.id = id
+        self.api_key = api_key
+        self.timeout = timeout
+        policy = retry or RetryPolicy()
+        if max_retries is not None:
+            policy = RetryPolicy(
+                max_retries=max_retries,
+                initial_delay=policy.initial_delay,
+                max_delay=policy.max_delay,
+                jitter=policy.jitter,
+                max_retry_after=policy.max_retry_after,
+                sleep=policy.sleep,
+                random=policy.random,
+            )
+        self.retry = policy
+        self.settings = settings
+        self._own_client = client is None
+        self._client = client
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:  # the key stays out of logs
+        return f"{type(self).__name__}(id={self.id!r}, provider={self.provider!r})"
+
+    def _make_client(self) -> ClientT:
+        raise NotImplementedError
+
+    @property
+    def client(self) -> ClientT:
+        """The SDK client for the running event loop."""
+        if not self._own_client:
+            assert self._client is not None
+            return self._client
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = self._make_client()
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client this model created (not one passed in)."""
+        if self._own_client and self._client is not None:
+            close: Callable[[], Awaitable[None]] = self._client.close  # type: ignore[attr-defined]
+            await close()
+            self._client = None
+
+    async def __aenter__(self: T) -> T:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run one request with the switch check, retries and error translation."""
+        check_allow_model_requests(self.name)
+        try:
+            return await with_retries(
+                attempt, policy=self.retry, classify=classify(self.sdk_errors)
+            )
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    async def _stream(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+        """Iterate an SDK stream, translating failures that arrive mid-stream."""
+        try:
+            async for item in stream:
+                yield item
+        except Exception as exc:
+            mapped = self._translate(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _translate(self, exc: Exception) -> Exception:
+        return translate(
+            exc, self.sdk_errors, provider=self.provider, model=self.id, api_key=self.api_key
+        )
+
+    def _request_kwargs(
+        self, create: Callable[..., Any], settings: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Split settings into `create`'s own parameters and `extra_body` for the rest, so
+        a provider-specific option never fails with an unexpected keyword argument."""
+        params = inspect.signature(create).parameters
+        known = {k: v for k, v in settings.items() if k in params}
+        extra = {k: v for k, v in settings.items() if k not in params}
+        if extra:
+            known["extra_body"] = {**extra, **known.get("extra_body", {})}
+        return known

@@ -48,7 +48,7 @@ def customer_management_hook(run_context: RunContext, arguments: dict[str, Any])
 
     action = arguments.get("action", "retrieve")
     cust_id = arguments.get("customer_id")
-    name = arguments.get("name", None)
+    name = arguments.get("name")
 
     if not cust_id:
         raise ValueError("customer_id is required.")
@@ -75,13 +75,25 @@ class StepByStepModel:
         self.system_prompts.append(messages[0].content or "")
         calls_so_far = sum(len(m.tool_calls) for m in messages if m.role == "assistant")
         if calls_so_far == 0:
-            return ModelResponse(tool_calls=[ToolCall(
-                "process_customer_request",
-                {"customer_id": "789", "action": "create", "name": "Tom"}, "call_1")])
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        "process_customer_request",
+                        {"customer_id": "789", "action": "create", "name": "Tom"},
+                        "call_1",
+                    )
+                ]
+            )
         if calls_so_far == 1:
-            return ModelResponse(tool_calls=[ToolCall(
-                "process_customer_request", {"customer_id": "789", "action": "retrieve"},
-                "call_2")])
+            return ModelResponse(
+                tool_calls=[
+                    ToolCall(
+                        "process_customer_request",
+                        {"customer_id": "789", "action": "retrieve"},
+                        "call_2",
+                    )
+                ]
+            )
         return ModelResponse(content=f"Done: {messages[-1].content}")
 
 

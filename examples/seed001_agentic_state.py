@@ -21,12 +21,17 @@ def agentic_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
     if messages[-1].role == "tool":
         system = messages[0].content or ""
         shown = re.search(r"<session_state>\n(.*)\n</session_state>", system, re.S)
-        return ModelResponse(content=f"Updated. Session state is now {shown.group(1) if shown else '?'}")
+        return ModelResponse(
+            content=f"Updated. Session state is now {shown.group(1) if shown else '?'}"
+        )
     request = messages[-1].content or ""
     match = re.match(r"add (.+?) to the shopping list", request, re.I)
     items = parse_items(match.group(1)) if match else []
-    return ModelResponse(tool_calls=[ToolCall(
-        "update_session_state", {"append": {"shopping_list": items}}, "call_1")])
+    return ModelResponse(
+        tool_calls=[
+            ToolCall("update_session_state", {"append": {"shopping_list": items}}, "call_1")
+        ]
+    )
 
 
 def main(db_file: str = "tmp/agents.db") -> dict[str, Any]:

@@ -21,7 +21,9 @@ def answer_from_instructions(messages: list[Message], info: RequestInfo) -> Mode
         return ModelResponse(content=f"Your name is {m.group(1)}.")
     if "old" in question and (m := re.search(r"age is (\d+)", system or "")):
         return ModelResponse(content=f"You are {m.group(1)} years old.")
-    if "session_state" in question and (m := re.search(r"<session_state>\n(.*)\n</session_state>", system or "", re.S)):
+    if "session_state" in question and (
+        m := re.search(r"<session_state>\n(.*)\n</session_state>", system or "", re.S)
+    ):
         return ModelResponse(content=f"My session_state is {m.group(1)}")
     return ModelResponse(content="I don't know.")
 
@@ -47,13 +49,35 @@ def changing_state_on_run(db_file: str) -> list[str]:
     )
     answers = []
     # Sets the session state for the session with the id "user_1_session_1"
-    answers.append(agent.print_response("What is my name?", session_id="user_1_session_1", user_id="user_1", session_state={"user_name": "John", "age": 30}).content)
+    answers.append(
+        agent.print_response(
+            "What is my name?",
+            session_id="user_1_session_1",
+            user_id="user_1",
+            session_state={"user_name": "John", "age": 30},
+        ).content
+    )
     # Will load the session state from the session with the id "user_1_session_1"
-    answers.append(agent.print_response("How old am I?", session_id="user_1_session_1", user_id="user_1").content)
+    answers.append(
+        agent.print_response(
+            "How old am I?", session_id="user_1_session_1", user_id="user_1"
+        ).content
+    )
     # Sets the session state for the session with the id "user_2_session_1"
-    answers.append(agent.print_response("What is my name?", session_id="user_2_session_1", user_id="user_2", session_state={"user_name": "Jane", "age": 25}).content)
+    answers.append(
+        agent.print_response(
+            "What is my name?",
+            session_id="user_2_session_1",
+            user_id="user_2",
+            session_state={"user_name": "Jane", "age": 25},
+        ).content
+    )
     # Will load the session state from the session with the id "user_2_session_1"
-    answers.append(agent.print_response("How old am I?", session_id="user_2_session_1", user_id="user_2").content)
+    answers.append(
+        agent.print_response(
+            "How old am I?", session_id="user_2_session_1", user_id="user_2"
+        ).content
+    )
     return [str(a) for a in answers]
 
 
@@ -67,10 +91,18 @@ def overwriting_session_state(db_file: str) -> list[dict[str, Any]]:
         overwrite_db_session_state=True,
     )
     stored = []
-    agent.print_response("Can you tell me what's in your session_state?", session_state={"shopping_list": ["Potatoes"]}, stream=True)
+    agent.print_response(
+        "Can you tell me what's in your session_state?",
+        session_state={"shopping_list": ["Potatoes"]},
+        stream=True,
+    )
     print(f"Stored session state: {agent.get_session_state()}")
     stored.append(agent.get_session_state())
-    agent.print_response("Can you tell me what is in your session_state?", session_state={"secret_number": 43}, stream=True)
+    agent.print_response(
+        "Can you tell me what is in your session_state?",
+        session_state={"secret_number": 43},
+        stream=True,
+    )
     print(f"Stored session state: {agent.get_session_state()}")
     stored.append(agent.get_session_state())
     return stored

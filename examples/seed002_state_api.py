@@ -17,7 +17,9 @@ from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo,
 
 
 def echo_state_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
-    return ModelResponse(content=f"(system prompt was: {messages[0].content if messages[0].role == 'system' else ''})")
+    return ModelResponse(
+        content=f"(system prompt was: {messages[0].content if messages[0].role == 'system' else ''})"
+    )
 
 
 def basic_state_usage() -> dict[str, Any]:
@@ -52,25 +54,34 @@ def persistence_with_storage(db_file: str) -> list[dict[str, Any]]:
 
 def complex_state() -> dict[str, Any]:
     agent = Agent(model=FunctionModel(echo_state_model))
-    agent.state.set("user", {
-        "name": "Alice",
-        "email": "alice@example.com",
-        "preferences": {"theme": "dark", "notifications": True, "language": "en"},
-        "history": [
-            {"date": "2023-10-12", "action": "login"},
-            {"date": "2023-10-13", "action": "update_profile"},
-        ],
-        "metadata": {"created_at": datetime.now().isoformat(), "last_updated": datetime.now().isoformat()},
-    })
+    agent.state.set(
+        "user",
+        {
+            "name": "Alice",
+            "email": "alice@example.com",
+            "preferences": {"theme": "dark", "notifications": True, "language": "en"},
+            "history": [
+                {"date": "2023-10-12", "action": "login"},
+                {"date": "2023-10-13", "action": "update_profile"},
+            ],
+            "metadata": {
+                "created_at": datetime.now().isoformat(),
+                "last_updated": datetime.now().isoformat(),
+            },
+        },
+    )
     user = agent.state.get("user", {})
     if "preferences" in user:
         user["preferences"]["notifications"] = False
         user["metadata"]["last_updated"] = datetime.now().isoformat()
         agent.state.set("user", user)
-    agent.state.update("user", {
-        "last_login": datetime.now().isoformat(),
-        "login_count": agent.state.get("user", {}).get("login_count", 0) + 1,
-    })
+    agent.state.update(
+        "user",
+        {
+            "last_login": datetime.now().isoformat(),
+            "login_count": agent.state.get("user", {}).get("login_count", 0) + 1,
+        },
+    )
     return agent.state.get("user")
 
 
@@ -107,7 +118,11 @@ def preference_model(messages: list[Message], info: RequestInfo) -> ModelRespons
     text = messages[-1].content or ""
     if "counter" in text.lower():
         return ModelResponse(tool_calls=[ToolCall("counter_tool", {}, "c1")])
-    return ModelResponse(tool_calls=[ToolCall("user_preference_tool", {"preference": "theme", "value": "dark"}, "p1")])
+    return ModelResponse(
+        tool_calls=[
+            ToolCall("user_preference_tool", {"preference": "theme", "value": "dark"}, "p1")
+        ]
+    )
 
 
 def state_aware_tools() -> dict[str, Any]:
@@ -132,7 +147,9 @@ class StatefulChatAgent:
             self.agent.state.set("user_id", self.user_id)
             self.agent.state.set("created_at", datetime.now().isoformat())
             self.agent.state.set("conversation_count", 0)
-            self.agent.state.set("preferences", {"language": "en", "timezone": "UTC", "response_style": "friendly"})
+            self.agent.state.set(
+                "preferences", {"language": "en", "timezone": "UTC", "response_style": "friendly"}
+            )
             self.agent.state.set("initialized", True)
         self.agent.state.set("last_session", datetime.now().isoformat())
         session_count = self.agent.state.get("session_count", 0)
@@ -142,7 +159,13 @@ class StatefulChatAgent:
         conv_count = self.agent.state.get("conversation_count", 0)
         self.agent.state.set("conversation_count", conv_count + 1)
         last_messages = self.agent.state.get("recent_messages", [])
-        last_messages.append({"timestamp": datetime.now().isoformat(), "user_message": message[:100], "message_id": conv_count + 1})
+        last_messages.append(
+            {
+                "timestamp": datetime.now().isoformat(),
+                "user_message": message[:100],
+                "message_id": conv_count + 1,
+            }
+        )
         if len(last_messages) > 10:
             last_messages = last_messages[-10:]
         self.agent.state.set("recent_messages", last_messages)
@@ -151,7 +174,9 @@ class StatefulChatAgent:
     def cleanup_old_state(self, days: int = 30) -> None:
         cutoff_date = datetime.now() - timedelta(days=days)
         recent_messages = self.agent.state.get("recent_messages", [])
-        filtered = [m for m in recent_messages if datetime.fromisoformat(m["timestamp"]) > cutoff_date]
+        filtered = [
+            m for m in recent_messages if datetime.fromisoformat(m["timestamp"]) > cutoff_date
+        ]
         self.agent.state.set("recent_messages", filtered)
 
     def export_state(self) -> dict[str, Any]:
@@ -168,7 +193,7 @@ class SafeStateAgent:
         try:
             self.agent.state.set(key, value)  # statewise refuses non-JSON values itself
             return True
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             print(f"Failed to set state for key '{key}': {e}")
             return False
 
@@ -200,7 +225,9 @@ def main(db_dir: str = "tmp") -> dict[str, Any]:
         "safe_rejected": rejected,
         "safe_after_restore": safe.agent.state.get_all(),
     }
-    print(json.dumps({k: v for k, v in result.items() if k != "basic"}, indent=2, default=str)[:2000])
+    print(
+        json.dumps({k: v for k, v in result.items() if k != "basic"}, indent=2, default=str)[:2000]
+    )
     return result
 
 

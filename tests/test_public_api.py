@@ -6,7 +6,13 @@ import importlib
 
 import pytest
 
-PUBLIC_MODULES = ["statewise", "statewise.models", "statewise.db", "statewise.tools", "statewise.state"]
+PUBLIC_MODULES = [
+    "statewise",
+    "statewise.models",
+    "statewise.db",
+    "statewise.tools",
+    "statewise.state",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
@@ -38,7 +44,11 @@ def test_layers_only_import_downward() -> None:
     root = Path(__file__).resolve().parents[1]
     linter = Path(sys.executable).with_name("lint-imports")
     completed = subprocess.run(
-        [str(linter)], cwd=root, capture_output=True, text=True, timeout=120,
+        [str(linter)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr

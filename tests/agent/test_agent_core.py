@@ -20,6 +20,7 @@ from statewise.exceptions import (
     TempScopeError,
 )
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, TestModel, ToolCall
+from tests._env import subprocess_env
 
 
 def scripted(*responses: ModelResponse | str) -> FunctionModel:
@@ -28,6 +29,17 @@ def scripted(*responses: ModelResponse | str) -> FunctionModel:
 
     def fn(messages: list[Message], info: RequestInfo) -> ModelResponse | str:
         return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return FunctionModel(fn)
+
+
+def tool_then_answer(name: str, answer: str = "done", **arguments: Any) -> FunctionModel:
+    """Each run: call `name` once, then answer."""
+
+    def fn(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        if messages[-1].role == "tool":
+            return ModelResponse(content=answer)
+        return call(name, **arguments)
 
     return FunctionModel(fn)
 
@@ -42,7 +54,7 @@ def append_item(session_state: dict[str, Any], item: str) -> str:
 
 
 def test_run_output_and_generated_session_reused() -> None:
-    agent = Agent(model=scripted(call("append_item", item="a"), "done"), tools=[append_item])
+    agent = Agent(model=tool_then_answer("append_item", item="a"), tools=[append_item])
     first = agent.run("go")
     assert first.content == "done"
     assert first.status == "completed"
@@ -90,11 +102,16 @@ def test_a_tool_that_raises_has_its_writes_discarded_and_the_run_goes_on() -> No
         if messages[-1].role == "tool":
             seen.append(messages[-1].content or "")
             return ModelResponse(content="recovered")
-        return ModelResponse(tool_calls=[
-            ToolCall("append_item", {"item": "kept"}, "1"), ToolCall("half_then_fail", {}, "2")])
+        return ModelResponse(
+            tool_calls=[
+                ToolCall("append_item", {"item": "kept"}, "1"),
+                ToolCall("half_then_fail", {}, "2"),
+            ]
+        )
 
-    agent = Agent(model=FunctionModel(fn), tools=[append_item, half_then_fail],
-                  session_state={"items": []})
+    agent = Agent(
+        model=FunctionModel(fn), tools=[append_item, half_then_fail], session_state={"items": []}
+    )
     out = agent.run("go")
     assert out.content == "recovered"
     assert out.session_state == {"items": ["kept"]}
@@ -106,8 +123,10 @@ def test_a_tool_that_raises_has_its_writes_discarded_and_the_run_goes_on() -> No
     [
         (ToolCall("nope", {}, "1"), "Error: unknown tool 'nope'. Available tools: append_item."),
         (ToolCall("append_item", {}, "1"), "Invalid arguments for tool 'append_item': item"),
-        (ToolCall("append_item", {}, "1", arguments_error="Expecting value: line 1"),
-         "are not valid JSON (Expecting value: line 1)"),
+        (
+            ToolCall("append_item", {}, "1", arguments_error="Expecting value: line 1"),
+            "are not valid JSON (Expecting value: line 1)",
+        ),
     ],
 )
 def test_bad_tool_calls_go_back_to_the_model(tool_call: ToolCall, expected: str) -> None:
@@ -252,16 +271,26 @@ def test_instructions_templating_list_and_callable() -> None:
         prompts.append(messages[0].content or "")
         return "ok"
 
-    agent = Agent(model=FunctionModel(fn), session_state={"name": "Ann", "prefs": {"lang": "en"}},
-                  instructions=["Hi {name}", "lang {prefs.lang}", "{missing} {opt?}| {{literal}}"])
+    agent = Agent(
+        model=FunctionModel(fn),
+        session_state={"name": "Ann", "prefs": {"lang": "en"}},
+        instructions=["Hi {name}", "lang {prefs.lang}", "{missing} {opt?}| {{literal}}"],
+    )
     agent.run("x")
     assert prompts[-1] == "- Hi Ann\n- lang en\n- {missing} | {literal}"
-    dynamic = Agent(model=FunctionModel(fn), session_state={"n": 2},
-                    instructions=lambda run_context: f"n is {run_context.session_state['n']}")
+    dynamic = Agent(
+        model=FunctionModel(fn),
+        session_state={"n": 2},
+        instructions=lambda run_context: f"n is {run_context.session_state['n']}",
+    )
     dynamic.run("x")
     assert prompts[-1] == "n is 2"
-    raw = Agent(model=FunctionModel(fn), session_state={"name": "Ann"}, instructions="{name}",
-                resolve_in_context=False)
+    raw = Agent(
+        model=FunctionModel(fn),
+        session_state={"name": "Ann"},
+        instructions="{name}",
+        resolve_in_context=False,
+    )
     raw.run("x")
     assert prompts[-1] == "{name}"
 
@@ -274,8 +303,12 @@ def test_scopes_user_keys_are_shared_and_temp_keys_never_persist() -> None:
         return "ok"
 
     db = InMemoryDb()
-    agent = Agent(model=scripted(call("remember", value="Ann"), "ok"), tools=[remember], db=db,
-                  instructions="{user:name}")
+    agent = Agent(
+        model=scripted(call("remember", value="Ann"), "ok"),
+        tools=[remember],
+        db=db,
+        instructions="{user:name}",
+    )
     agent.run("x", session_id="s1", user_id="u1")
     other = Agent(model=scripted("ok"), db=db)
     assert other.get_session_state("s1") == {"user:name": "Ann", "own": "Ann"}
@@ -323,8 +356,14 @@ def test_state_persists_across_processes(tmp_path: Path) -> None:
     )
     db_file = str(tmp_path / "procs.db")
     outputs = [
-        subprocess.run([sys.executable, "-c", script, db_file, item], capture_output=True,
-                       text=True, timeout=60, check=True).stdout.strip()
+        subprocess.run(
+            [sys.executable, "-c", script, db_file, item],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=subprocess_env(),
+        ).stdout.strip()
         for item in ("first", "second")
     ]
     assert outputs == ["['first']", "['first', 'second']"]

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests._env import subprocess_env
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -112,5 +114,6 @@ def test_examples_run_as_scripts(name: str, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env=subprocess_env(),
     )
     assert completed.returncode == 0, completed.stderr

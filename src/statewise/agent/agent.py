@@ -237,11 +237,25 @@ class Agent(TimeTravel):
         return drive_run(self._runtime(), self._store, request)
 
     @overload
-    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-                   session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    async def arun(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+    ) -> RunOutput: ...
     @overload
-    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-                   session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> AsyncIterator[RunEvent]: ...
+    async def arun(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+    ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
         self,
@@ -258,11 +272,25 @@ class Agent(TimeTravel):
         return await _final_output(self._events(request))
 
     @overload
-    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-            session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    def run(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+    ) -> RunOutput: ...
     @overload
-    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-            session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> Iterator[RunEvent]: ...
+    def run(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+    ) -> Iterator[RunEvent]: ...
 
     def run(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -19,10 +20,10 @@ console = Console()
 
 @app.command()
 def demo(
-    db_file: Path = typer.Option(
-        Path("tmp/statewise_demo.db"), "--db-file", help="SQLite file to keep the sessions in."
-    ),
-    stream: bool = typer.Option(False, help="Stream the answers token by token."),
+    db_file: Annotated[
+        Path, typer.Option("--db-file", help="SQLite file to keep the sessions in.")
+    ] = Path("tmp/statewise_demo.db"),
+    stream: Annotated[bool, typer.Option(help="Stream the answers token by token.")] = False,
 ) -> None:
     """Run seed 001's shopping-list agent offline: several runs, two sessions, on SQLite."""
     from statewise.demo import DEMO_RUNS, shopping_agent

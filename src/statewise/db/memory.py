@@ -166,7 +166,9 @@ class InMemoryDb(BaseDb):
             if run_copy is not None:
                 runs = self._runs.setdefault(session.session_id, {})
                 previous = runs.get(run_copy.run_id)
-                run_copy.created_at = previous.created_at if previous else (run_copy.created_at or now)
+                run_copy.created_at = (
+                    previous.created_at if previous else (run_copy.created_at or now)
+                )
                 run_copy.updated_at = now
                 runs[run_copy.run_id] = run_copy
             return CommitResult(

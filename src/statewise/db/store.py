@@ -19,12 +19,11 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statewise.db import _codec
 from statewise.db.base import BaseDb, validate_id
-from statewise.db.replay import apply_segments
 from statewise.db.records import (
     Commit,
     DeltaSegment,
@@ -34,7 +33,8 @@ from statewise.db.records import (
     ScopeWrite,
     SessionRecord,
 )
-from statewise.exceptions import StateError, VersionConflict
+from statewise.db.replay import apply_segments
+from statewise.exceptions import VersionConflict
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
@@ -73,7 +73,7 @@ class SessionSpec:
     app_name: str = "default"
     kind: str = "agent"
 
-    def keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
+    def scope_keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
         return (
             ScopeKey("session", self.session_id),
             ScopeKey("user", self.user_id or ANONYMOUS_USER),
@@ -205,7 +205,9 @@ class StateStore:
         self.db = db
         self.rules = rules or Rules()
         self.schema = schema
-        self.secret_keys = frozenset(secret_keys) | (schema.secret_keys() if schema else frozenset())
+        self.secret_keys = frozenset(secret_keys) | (
+            schema.secret_keys() if schema else frozenset()
+        )
         self._cipher = cipher
         self._cache = _cache_for(db)
 
@@ -221,11 +223,23 @@ class StateStore:
         validate_id(spec.session_id, "session_id")
         if spec.user_id is not None:
             validate_id(spec.user_id, "user_id")
-        keys = spec.keys()
+        keys = spec.scope_keys()
         record, versions = self.db.probe(spec.session_id, keys)
+        if record is not None:
+            # An existing session's owner and app are its own, whoever reads it.
+            owned = replace(
+                spec,
+                user_id=record.user_id or spec.user_id,
+                app_name=record.app_name or spec.app_name,
+                kind=record.kind,
+            )
+            if owned.scope_keys() != keys:
+                spec, keys = owned, owned.scope_keys()
+                record, versions = self.db.probe(spec.session_id, keys)
+            spec = owned
         cached = self._cache.take(spec.session_id)
         recorder = Recorder()
-        if cached is not None and cached.spec.keys() == keys:
+        if cached is not None and cached.spec.scope_keys() == keys:
             stale = [k for k in keys if cached.versions.get(k) != versions[k]]
             ws = cached
             ws.recorder = recorder
@@ -261,7 +275,9 @@ class StateStore:
 
     def _reload(self, ws: WorkingState, keys: Sequence[ScopeKey]) -> None:
         loaded = self.db.load_scopes(keys)
-        data = {k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in {k.kind for k in keys}}
+        data = {
+            k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in {k.kind for k in keys}
+        }
         for key in keys:
             scope = loaded[key]
             data.update(self._decode_scope(key, scope.data))
@@ -274,9 +290,8 @@ class StateStore:
         out = {}
         for name, value in data.items():
             full = prefix + name
-            if full in self.secret_keys and isinstance(value, dict):
-                if is_encrypted(value):
-                    value = self.cipher.decrypt_value(value)
+            if full in self.secret_keys and is_encrypted(value):
+                value = self.cipher.decrypt_value(value)
             out[full] = value
         return out
 
@@ -292,7 +307,7 @@ class StateStore:
         if cached is not None:
             return cached
         out: dict[str, Any] = {}
-        for key in spec.keys():
+        for key in spec.scope_keys():
             out.update(self._decode_scope(key, self.scope_at(key, versions.get(key, 0))))
         return out
 
@@ -301,9 +316,7 @@ class StateStore:
         if version <= 0:
             return {}
         snapshot_version, data = self.db.read_snapshot(key, version)
-        for delta in self.db.read_deltas(
-            key, after_version=snapshot_version, upto_version=version
-        ):
+        for delta in self.db.read_deltas(key, after_version=snapshot_version, upto_version=version):
             apply_segments(key, delta.version, data, delta.segments)
         return data
 
@@ -327,7 +340,7 @@ class StateStore:
         source: str = "unattributed",
     ) -> Committed:
         """Persist the pending ops with `events` (and `run`), rebasing on lost races."""
-        self.validate(ws, {op.path[0] for op in ws.recorder.ops})
+        self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
         pending = _Pending(segments=ws.take_segments(source))
         attempt = 0
         while True:
@@ -381,14 +394,14 @@ class StateStore:
         for source, ops in pending.segments:
             split: dict[str, list[dict[str, Any]]] = {}
             for op in ops:
-                kind = scope_of(op.path[0])[0]
+                kind = scope_of(str(op.path[0]))[0]
                 if kind != "temp":
                     split.setdefault(kind, []).append(self._encode_op(op, ws.root, kind))
             for kind, encoded in split.items():
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
         all_events = list(events)
-        for key in spec.keys():
+        for key in spec.scope_keys():
             segments = by_scope.get(key.kind)
             if not segments:
                 continue
@@ -422,7 +435,9 @@ class StateStore:
             )
         for conflict in pending.conflicts:
             all_events.append(
-                NewEvent(type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict))
+                NewEvent(
+                    type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict)
+                )
             )
         session = ws.record or SessionRecord(
             session_id=spec.session_id,
@@ -484,7 +499,7 @@ class StateStore:
 
     def _rebase(self, ws: WorkingState, pending: _Pending) -> None:
         """Re-apply our pending ops on the latest stored state of every scope that moved."""
-        keys = ws.spec.keys()
+        keys = ws.spec.scope_keys()
         record, versions = self.db.probe(ws.spec.session_id, keys)
         ws.record = record
         moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
@@ -501,12 +516,20 @@ class StateStore:
                 for raw in delta.ops:
                     op = Op.from_json(raw)
                     theirs.append(
-                        Op(op=op.op, path=(prefix + str(op.path[0]), *op.path[1:]),
-                           value=op.value, index=op.index)
+                        Op(
+                            op=op.op,
+                            path=(prefix + str(op.path[0]), *op.path[1:]),
+                            value=op.value,
+                            index=op.index,
+                        )
                     )
             latest = self._decode_scope(key, loaded[key].data)
-            mine = [op for _s, ops in pending.segments for op in ops
-                    if scope_of(str(op.path[0]))[0] == key.kind]
+            mine = [
+                op
+                for _s, ops in pending.segments
+                for op in ops
+                if scope_of(str(op.path[0]))[0] == key.kind
+            ]
             if mine:
                 result = rebase(latest, theirs, mine, self.rules)
                 rebased[key.kind] = list(result.ops)

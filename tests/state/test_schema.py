@@ -40,7 +40,7 @@ def test_model_schema() -> None:
     with pytest.raises(StateValidationError, match="'user:name'"):
         schema.validate_keys({"user:name": 5}, ["user:name"])
     schema.validate_all({"name": "x", "count": 2})
-    with pytest.raises(StateValidationError, match="'tags'.*0"):
+    with pytest.raises(StateValidationError, match=r"'tags'.*0"):
         schema.validate_all({"name": "x", "tags": [1]})
 
 

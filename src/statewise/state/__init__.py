@@ -12,7 +12,7 @@ from statewise.state.secrets import Cipher, is_encrypted, redact
 from statewise.state.template import render_template, template_references
 from statewise.state.tracked import Recorder, TrackedDict, TrackedList, to_plain, track
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (plain sorted() order; tests check it)
     "Cipher",
     "Conflict",
     "MISSING",

@@ -567,7 +567,26 @@ class _Pending:
 def _resplit(
     segments: list[tuple[str, list[Op]]], rebased: dict[str, list[Op]]
 ) -> list[tuple[str, list[Op]]]:
-    """Put rebased ops back under the sources that made them (rebase keeps op order)."""
+    """Put rebased ops back under the sources that made them. Rebase keeps op order and
+    usually one op per op; when it dropped or merged some, a scope's ops are attributed to
+    all of its sources together."""
+    counts: dict[str, int] = {}
+    for _source, ops in segments:
+        for op in ops:
+            kind = scope_of(str(op.path[0]))[0]
+            counts[kind] = counts.get(kind, 0) + 1
+    uneven = [kind for kind, ops in rebased.items() if len(ops) != counts.get(kind, 0)]
+    if uneven:
+        sources = "+".join(dict.fromkeys(s for s, _ops in segments))
+        kept = [
+            (s, [op for op in ops if scope_of(str(op.path[0]))[0] not in uneven])
+            for s, ops in segments
+        ]
+        merged = [op for kind in uneven for op in rebased.pop(kind)]
+        segments = [(s, ops) for s, ops in kept if ops]
+        tail = [(sources, merged)] if merged else []
+    else:
+        tail = []
     queues = {kind: iter(ops) for kind, ops in rebased.items()}
     out = []
     for source, ops in segments:
@@ -582,7 +601,7 @@ def _resplit(
                 new_ops.append(op)
         if new_ops:
             out.append((source, new_ops))
-    return out
+    return out + tail
 
 
 def new_id() -> str:

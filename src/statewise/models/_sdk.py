@@ -8,12 +8,18 @@ generator parked on the loop holds the client, and `asyncio.run` (like every run
 calls `loop.shutdown_asyncgens()`) finalizes it, which closes the client's connections
 while the loop still runs. A long-lived loop keeps one client and its connection pool.
 Pass `client=` to manage your own instead.
+
+Retries cover a whole non-streaming request, and a stream until its response headers
+arrive; once deltas have been yielded a failure is raised, since the consumer has already
+seen part of an answer that a retry could not take back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
+from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
@@ -48,15 +54,7 @@ class SdkModel(Model, Generic[ClientT]):
         self.timeout = timeout
         policy = retry or RetryPolicy()
         if max_retries is not None:
-            policy = RetryPolicy(
-                max_retries=max_retries,
-                initial_delay=policy.initial_delay,
-                max_delay=policy.max_delay,
-                jitter=policy.jitter,
-                max_retry_after=policy.max_retry_after,
-                sleep=policy.sleep,
-                random=policy.random,
-            )
+            policy = dataclasses.replace(policy, max_retries=max_retries)
         self.retry = policy
         self.settings = settings
         self._own_client = client is None
@@ -67,8 +65,9 @@ class SdkModel(Model, Generic[ClientT]):
     def __repr__(self) -> str:  # the key stays out of logs
         return f"{type(self).__name__}(id={self.id!r}, provider={self.provider!r})"
 
+    @abstractmethod
     def _make_client(self) -> ClientT:
-        raise NotImplementedError
+        """A new SDK client with the SDK's own retries off (`max_retries=0`)."""
 
     @property
     def client(self) -> ClientT:

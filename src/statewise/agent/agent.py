@@ -31,7 +31,8 @@ from statewise.run.output import RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rule, Rules
+from statewise.state.merge import Rules
+from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
 from statewise.tools import normalize_tools
 from statewise.tools.function import Function

@@ -6,9 +6,13 @@ recorded with a `rollback` event; a fork is a new session that starts from a pas
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statewise.db.base import split_records
 from statewise.db.records import NewEvent, ScopeKey
 from statewise.exceptions import SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
@@ -136,3 +140,32 @@ class TimeTravel:
         finally:
             self._store.release(working, keep=keep)
         return new_id
+
+    # ---- export / import ---------------------------------------------------------------
+
+    def export_session(
+        self, session_id: str | None = None, path: str | Path | None = None
+    ) -> list[dict[str, Any]]:
+        """The session (state deltas, events, runs) as JSON Lines records; with `path`,
+        also written to that file. Secret values stay encrypted; import needs the key."""
+        sid, _key = self._session_key(session_id)
+        records = list(self._store.db.export_session(sid))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as out:
+                for record in records:
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return records
+
+    def import_sessions(self, source: str | Path | Iterable[dict[str, Any]]) -> list[str]:
+        """Import sessions exported by `export_session` (a JSON Lines file or records).
+        Refuses to overwrite an existing session; returns the imported session ids."""
+        if isinstance(source, str | Path):
+            with open(source, encoding="utf-8") as lines:
+                records = [json.loads(line) for line in lines if line.strip()]
+        else:
+            records = list(source)
+        imported = []
+        for session, deltas, events, runs in split_records(records):
+            self._store.db.import_records(session, deltas, events, runs)
+            imported.append(session.session_id)
+        return imported

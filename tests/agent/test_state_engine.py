@@ -110,7 +110,7 @@ def test_schema_change_on_load_names_the_session_and_how_to_migrate(tmp_path: Pa
         "old"
     ).set("x", 1)
     strict = Agent(db=SqliteDb(db_file=db_file), state_schema=Profile)
-    with pytest.raises(StateValidationError, match="session 'old'.*migrate"):
+    with pytest.raises(StateValidationError, match=r"session 'old'.*migrate"):
         strict.get_session_state("old")
 
 

@@ -276,3 +276,39 @@ def test_agent_state_writes_go_to_sqlite_immediately(tmp_path: Path) -> None:
     with sqlite3.connect(db_file) as conn:
         (count,) = conn.execute("SELECT count(*) FROM statewise_deltas").fetchone()
     assert count == 1
+
+
+def test_rollback_can_include_the_shared_user_scope() -> None:
+    db = InMemoryDb()
+    agent = Agent(db=db, user_id="u")
+    agent.state.for_session("s").set("user:tier", "free")
+    agent.state.for_session("s").set("own", 1)
+    time.sleep(0.01)
+    agent.state.for_session("s").set("user:tier", "pro")
+    agent.state.for_session("s").set("own", 2)
+    # user: writes do not move the session's own version: own=1 is version 1.
+    agent.rollback_state("s", to=1)
+    assert agent.get_session_state("s") == {"user:tier": "pro", "own": 1}
+    agent.rollback_state("s", to=1, include_shared=True)
+    assert agent.get_session_state("s") == {"user:tier": "free", "own": 1}
+
+
+def test_append_to_a_dict_is_a_clear_tool_error() -> None:
+    results: list[str] = []
+
+    def model(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        if messages[-1].role == "tool":
+            results.append(messages[-1].content or "")
+            return ModelResponse(content="ok")
+        return ModelResponse(
+            tool_calls=[ToolCall("update_session_state", {"append": {"prefs": ["x"]}}, "c")]
+        )
+
+    agent = Agent(
+        model=FunctionModel(model),
+        enable_agentic_state=True,
+        session_state={"prefs": {"theme": "dark"}},
+    )
+    agent.run("go")
+    assert "cannot append to 'prefs'" in results[0]
+    assert agent.get_session_state() == {"prefs": {"theme": "dark"}}

@@ -82,25 +82,48 @@ class TimeTravel:
         after = self._store.scope_at(key, self._version_of(key, to))
         return [c.to_json() for c in diff_states(before, after)]
 
-    def rollback_state(self, session_id: str | None = None, *, to: int | str) -> dict[str, Any]:
-        """Bring the session's state back to a version or run, as a new commit."""
+    def rollback_state(
+        self, session_id: str | None = None, *, to: int | str, include_shared: bool = False
+    ) -> dict[str, Any]:
+        """Bring the session's state back to a version or run, as a new commit.
+
+        With `include_shared=True` the session's `user:` and `app:` scopes go back too, each
+        to its last version committed at or before the target version's time.
+        """
         sid, key = self._session_key(session_id)
         version = self._version_of(key, to)
-        target = self._store.scope_at(key, version)
+        targets = {"": self._store.scope_at(key, version)}
         spec = self._spec(sid, None)
         working = self._store.checkout(spec)
         keep = True
         try:
+            if include_shared:
+                deltas = self._store.db.read_deltas(
+                    key, after_version=version - 1, upto_version=version
+                )
+                cutoff = deltas[-1].created_at if deltas else 0.0
+                for shared in working.spec.scope_keys()[1:]:
+                    shared_version = max(
+                        (
+                            d.version
+                            for d in self._store.db.read_deltas(shared)
+                            if d.created_at <= cutoff
+                        ),
+                        default=0,
+                    )
+                    targets[f"{shared.kind}:"] = self._store.scope_at(shared, shared_version)
             root = working.root
-            for name in [k for k in root if ":" not in k and k not in target]:
-                del root[name]
-            for name, value in target.items():
-                if name not in root or to_plain(root[name]) != value:
-                    root[name] = value
+            for prefix, target in targets.items():
+                _restore(root, prefix, target)
             self._store.commit(
                 working,
                 source=f"rollback:to={version}",
-                events=[NewEvent(type="rollback", data={"to_version": version, "to": to})],
+                events=[
+                    NewEvent(
+                        type="rollback",
+                        data={"to_version": version, "to": to, "include_shared": include_shared},
+                    )
+                ],
             )
             return working.plain()
         except BaseException:
@@ -169,3 +192,20 @@ class TimeTravel:
             self._store.db.import_records(session, deltas, events, runs)
             imported.append(session.session_id)
         return imported
+
+
+def _restore(root: Any, prefix: str, target: dict[str, Any]) -> None:
+    """Make the keys of one scope (`""` = the session's own, `"user:"`, `"app:"`) equal
+    `target`, writing only the keys that differ."""
+
+    def in_scope(name: str) -> bool:
+        return name.startswith(prefix) if prefix else ":" not in name
+
+    wanted = {
+        prefix + name: value for name, value in target.items() if name != "__ttl__" or not prefix
+    }
+    for name in [k for k in root if in_scope(k) and k not in wanted]:
+        del root[name]
+    for name, value in wanted.items():
+        if name not in root or to_plain(root[name]) != value:
+            root[name] = value

@@ -182,8 +182,7 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
     if isinstance(value, str):
         return ModelResponse(content=value)
     raise RunError(
-        f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None "
-        f"to go on"
+        f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
 
 

@@ -74,6 +74,13 @@ def test_run_one_message_then_continue_the_session(workdir: Path) -> None:
     assert code == 0 and json.loads(out) == state
 
 
+def test_long_answers_are_not_hard_wrapped(workdir: Path) -> None:
+    long = "word " * 60
+    code, out, _ = invoke("run", "my_agent.py", long.strip())
+    assert code == 0
+    assert out.splitlines()[1] == f"[helper]: hello |{long.strip()}"
+
+
 def test_run_with_state_and_user(workdir: Path) -> None:
     db = f"sqlite:///{workdir / 'b.db'}"
     code, out, err = invoke(

@@ -107,7 +107,7 @@ def run_queries(
         use_db(agent, db)
     session_id = session_id or str(uuid.uuid4())
     for i, query in enumerate(queries):
-        console.print(Text(f"[user]: {query}"))
+        console.print(Text(f"[user]: {query}"), soft_wrap=True)
         try:
             output = agent.run(
                 query,
@@ -125,7 +125,7 @@ def run_queries(
                 hint=None if traceback else "Add --traceback to see where.",
                 code=RUN_FAILED,
             )
-        console.print(Text(f"[{display}]: {output.content or ''}"))
+        console.print(Text(f"[{display}]: {output.content or ''}"), soft_wrap=True)
         if show_state:
             console.print(Text("[state]:", style="dim"))
             console.print_json(data=output.session_state)

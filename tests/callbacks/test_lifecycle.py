@@ -32,9 +32,10 @@ COMMIT_POINT = {
 }
 
 
-def test_the_docs_table_states_the_commit_points_the_tests_pin() -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    table = text.split("<!-- lifecycle-table -->")[1]
+@pytest.mark.parametrize("doc", [DOCS, DOCS.parents[1] / "README.md"], ids=lambda p: p.name)
+def test_the_docs_table_states_the_commit_points_the_tests_pin(doc: Path) -> None:
+    text = doc.read_text(encoding="utf-8")
+    table = text.split("<!-- lifecycle-table -->")[1].split("<!-- /lifecycle-table -->")[0]
     rows = {}
     for line in table.strip().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -175,6 +175,11 @@ class Agent(TimeTravel):
         api._write("api:update_session_state", lambda s: deep_merge(s, updates))
         return api.get_all()
 
+    def use_db(self, db: BaseDb | str) -> None:
+        """Keep sessions in another database (an object or a URL) from now on."""
+        self.db = resolve_db(db)
+        self._store = self._store.on(self.db)
+
     def delete_session(self, session_id: str) -> bool:
         return self.db.delete_session(session_id)
 

@@ -15,7 +15,6 @@ from rich.text import Text
 
 from statewise.cli._errors import RUN_FAILED, CliError, err_console, fail
 from statewise.cli._load import load_target
-from statewise.db.store import StateStore
 from statewise.db.url import resolve_db
 from statewise.exceptions import StatewiseError
 
@@ -68,16 +67,9 @@ def use_db(target: Any, url: str) -> None:
         db = resolve_db(url)
     except StatewiseError as exc:
         raise CliError(f"--db {url}: {exc}") from None
-    store = getattr(target, "_store", None)
-    if isinstance(store, StateStore):
-        target._store = StateStore(
-            db,
-            rules=store.rules,
-            schema=store.schema,
-            secret_keys=store.secret_keys,
-            cipher=store._cipher,
-        )
-    target.db = db
+    if not callable(getattr(target, "use_db", None)):
+        raise CliError(f"--db: {type(target).__name__} cannot change its database")
+    target.use_db(db)
 
 
 def run_queries(

@@ -245,6 +245,16 @@ class StateStore:
         self._cipher = cipher
         self._cache = _cache_for(db)
 
+    def on(self, db: BaseDb) -> StateStore:
+        """The same rules, schema and secrets on another database."""
+        return StateStore(
+            db,
+            rules=self.rules,
+            schema=self.schema,
+            secret_keys=self.secret_keys,
+            cipher=self._cipher,
+        )
+
     @property
     def cipher(self) -> Cipher:
         if self._cipher is None:

@@ -1,0 +1,61 @@
+"""The op log and undo log behind a tracked state tree.
+
+Every mutation of a tracked container pushes one undo entry (and, when the container is
+attached to a root, one `Op`). Undo entries make tool atomicity O(change): a tool that
+raises is rolled back by running its undo entries backwards, never by copying the state
+before every tool call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from statewise.exceptions import StateOpError
+from statewise.state.ops import Op
+
+__all__ = ["Recorder"]
+
+Undo = tuple[bool, Callable[..., None], tuple[Any, ...]]
+
+
+class Recorder:
+    """Collects the ops of one run between commits and can roll back to a savepoint."""
+
+    __slots__ = ("_drained", "_undo", "ops")
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self._undo: list[Undo] = []
+        self._drained = 0  # undo entries forgotten by earlier drains (keeps savepoints absolute)
+
+    def push(self, op: Op | None, undo: Callable[..., None], *args: Any) -> None:
+        """Record `op` (None for undo-only changes of detached containers) and its undo."""
+        if op is not None:
+            self.ops.append(op)
+        self._undo.append((op is not None, undo, args))
+
+    def savepoint(self) -> int:
+        """A marker to `rollback` to; valid until the next `drain`."""
+        return self._drained + len(self._undo)
+
+    def rollback(self, savepoint: int) -> None:
+        """Undo every mutation made after `savepoint` and drop its ops."""
+        start = savepoint - self._drained
+        if start < 0 or start > len(self._undo):
+            raise StateOpError(
+                f"savepoint {savepoint} is not valid (it predates the last drain or is unknown)"
+            )
+        undo = self._undo
+        while len(undo) > start:
+            has_op, fn, args = undo.pop()
+            fn(*args)
+            if has_op:
+                self.ops.pop()
+
+    def drain(self) -> list[Op]:
+        """Return the ops since the last drain and forget their undo info (a commit)."""
+        ops, self.ops = self.ops, []
+        self._drained += len(self._undo)
+        self._undo.clear()
+        return ops

@@ -31,7 +31,8 @@ from statewise.run.output import RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rule, Rules
+from statewise.state.merge import Rules
+from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
 from statewise.tools import normalize_tools
 from statewise.tools.function import Function
@@ -237,11 +238,25 @@ class Agent(TimeTravel):
         return drive_run(self._runtime(), self._store, request)
 
     @overload
-    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-                   session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    async def arun(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+    ) -> RunOutput: ...
     @overload
-    async def arun(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-                   session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> AsyncIterator[RunEvent]: ...
+    async def arun(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+    ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
         self,
@@ -258,11 +273,25 @@ class Agent(TimeTravel):
         return await _final_output(self._events(request))
 
     @overload
-    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-            session_state: Mapping[str, Any] | None = ..., stream: Literal[False] = ...) -> RunOutput: ...
+    def run(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+    ) -> RunOutput: ...
     @overload
-    def run(self, input: Any, *, session_id: str | None = ..., user_id: str | None = ...,
-            session_state: Mapping[str, Any] | None = ..., stream: Literal[True]) -> Iterator[RunEvent]: ...
+    def run(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+    ) -> Iterator[RunEvent]: ...
 
     def run(
         self,

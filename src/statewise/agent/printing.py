@@ -10,7 +10,13 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.text import Text
 
-from statewise.run.events import ContentDelta, RunCompleted, RunEvent, ToolCallCompleted, ToolCallStarted
+from statewise.run.events import (
+    ContentDelta,
+    RunCompleted,
+    RunEvent,
+    ToolCallCompleted,
+    ToolCallStarted,
+)
 from statewise.run.output import RunOutput
 
 
@@ -50,16 +56,25 @@ class _Printer:
 def print_run(
     events: Iterator[RunEvent], *, input: str, markdown: bool, stream: bool, show_tool_calls: bool
 ) -> RunOutput:
-    printer = _Printer(input=input, markdown=markdown, stream=stream, show_tool_calls=show_tool_calls)
+    printer = _Printer(
+        input=input, markdown=markdown, stream=stream, show_tool_calls=show_tool_calls
+    )
     for event in events:
         printer.handle(event)
     return printer.finish()
 
 
 async def aprint_run(
-    events: AsyncIterator[RunEvent], *, input: str, markdown: bool, stream: bool, show_tool_calls: bool
+    events: AsyncIterator[RunEvent],
+    *,
+    input: str,
+    markdown: bool,
+    stream: bool,
+    show_tool_calls: bool,
 ) -> RunOutput:
-    printer = _Printer(input=input, markdown=markdown, stream=stream, show_tool_calls=show_tool_calls)
+    printer = _Printer(
+        input=input, markdown=markdown, stream=stream, show_tool_calls=show_tool_calls
+    )
     async for event in events:
         printer.handle(event)
     return printer.finish()

@@ -24,8 +24,7 @@ T = TypeVar("T")
 def _no_temp(key: str) -> None:
     if key.startswith("temp:"):
         raise TempScopeError(
-            f"cannot write {key!r} outside a run: temp: keys only live for the run that "
-            f"writes them"
+            f"cannot write {key!r} outside a run: temp: keys only live for the run that writes them"
         )
 
 
@@ -99,7 +98,9 @@ class SessionStateAPI:
 
     def increment(self, key: str, amount: int | float = 1) -> int | float:
         _no_temp(key)
-        result: int | float = self._write(f"api:state.increment:{key}", lambda s: s.increment(key, amount))
+        result: int | float = self._write(
+            f"api:state.increment:{key}", lambda s: s.increment(key, amount)
+        )
         return result
 
     def clear(self) -> None:

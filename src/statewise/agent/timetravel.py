@@ -62,7 +62,9 @@ class TimeTravel:
             raise StateError(f"run {at!r} made no change to {key}")
         return max(versions)
 
-    def get_state_at(self, session_id: str | None = None, at: int | str | None = None) -> dict[str, Any]:
+    def get_state_at(
+        self, session_id: str | None = None, at: int | str | None = None
+    ) -> dict[str, Any]:
         """The session's own state at a version (int) or after a run (run id)."""
         _sid, key = self._session_key(session_id)
         return self._store.scope_at(key, self._version_of(key, at))

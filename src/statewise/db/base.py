@@ -40,7 +40,9 @@ def validate_id(value: object, what: str = "session_id") -> str:
     if not value or not value.strip():
         raise InvalidIdError(f"{what} must not be empty")
     if len(value) > MAX_ID_LENGTH:
-        raise InvalidIdError(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+        raise InvalidIdError(
+            f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
     if not _ID_PATTERN.match(value):
         raise InvalidIdError(f"{what} {value!r} contains control characters")
     return value

@@ -166,7 +166,9 @@ class InMemoryDb(BaseDb):
             if run_copy is not None:
                 runs = self._runs.setdefault(session.session_id, {})
                 previous = runs.get(run_copy.run_id)
-                run_copy.created_at = previous.created_at if previous else (run_copy.created_at or now)
+                run_copy.created_at = (
+                    previous.created_at if previous else (run_copy.created_at or now)
+                )
                 if previous is not None:  # as SQL's upsert: the run's origin stays as created
                     run_copy.agent_name, run_copy.input = previous.agent_name, previous.input
                 run_copy.updated_at = now

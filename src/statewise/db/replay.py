@@ -20,7 +20,9 @@ def decode_segments(key: ScopeKey, version: int, text: str | bytes) -> list[Delt
         raw = _codec.loads(text)
         return [DeltaSegment(source=s["source"], ops=s["ops"]) for s in raw]
     except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptRecordError(f"{key}: the delta at version {version} is corrupt ({exc})") from exc
+        raise CorruptRecordError(
+            f"{key}: the delta at version {version} is corrupt ({exc})"
+        ) from exc
 
 
 def decode_delta_row(
@@ -49,7 +51,9 @@ def decode_delta_row(
     )
 
 
-def apply_segments(key: ScopeKey, version: int, doc: dict[str, Any], segments: Iterable[DeltaSegment]) -> None:
+def apply_segments(
+    key: ScopeKey, version: int, doc: dict[str, Any], segments: Iterable[DeltaSegment]
+) -> None:
     for segment in segments:
         for raw in segment.ops:
             try:
@@ -71,7 +75,9 @@ def replay_scope(
     doc: dict[str, Any] = {}
     if snapshot_version:
         if snapshot_text is None:
-            raise CorruptRecordError(f"{key}: the snapshot at version {snapshot_version} is missing")
+            raise CorruptRecordError(
+                f"{key}: the snapshot at version {snapshot_version} is missing"
+            )
         try:
             doc = _codec.loads(snapshot_text)
         except ValueError as exc:
@@ -79,7 +85,9 @@ def replay_scope(
                 f"{key}: the snapshot at version {snapshot_version} is not JSON"
             ) from exc
         if not isinstance(doc, dict):
-            raise CorruptRecordError(f"{key}: the snapshot at version {snapshot_version} is not an object")
+            raise CorruptRecordError(
+                f"{key}: the snapshot at version {snapshot_version} is not an object"
+            )
     expected = snapshot_version
     for delta_version, text in delta_rows:
         expected += 1

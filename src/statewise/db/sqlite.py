@@ -536,14 +536,12 @@ class SqliteDb(BaseDb):
             key = write.key
             new_version = write.base_version + 1
             if write.base_version == 0:
-                try:
-                    conn.execute(
-                        f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
-                        f"VALUES (?,?,0,?)",
-                        (key.kind, key.id, now),
-                    )
-                except sqlite3.IntegrityError:
-                    pass  # exists: the UPDATE below decides
+                # INSERT OR IGNORE: if the scope exists, the UPDATE below decides.
+                conn.execute(
+                    f"INSERT OR IGNORE INTO {p}scopes (kind, scope_id, version, updated_at) "
+                    f"VALUES (?,?,0,?)",
+                    (key.kind, key.id, now),
+                )
             updated = conn.execute(
                 f"UPDATE {p}scopes SET version = ?, tail_bytes = tail_bytes + ?, updated_at = ? "
                 f"WHERE kind = ? AND scope_id = ? AND version = ?",
@@ -714,7 +712,14 @@ class SqliteDb(BaseDb):
                 f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
                 f"VALUES (?,?,?,?,?,?)",
                 [
-                    (session.session_id, e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at)
+                    (
+                        session.session_id,
+                        e.seq,
+                        e.run_id,
+                        e.type,
+                        _codec.dumps(e.data),
+                        e.created_at,
+                    )
                     for e in events
                 ],
             )

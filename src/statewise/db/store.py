@@ -19,12 +19,11 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statewise.db import _codec
 from statewise.db.base import BaseDb, validate_id
-from statewise.db.replay import apply_segments
 from statewise.db.records import (
     Commit,
     DeltaSegment,
@@ -34,7 +33,8 @@ from statewise.db.records import (
     ScopeWrite,
     SessionRecord,
 )
-from statewise.exceptions import StateError, VersionConflict
+from statewise.db.replay import apply_segments
+from statewise.exceptions import VersionConflict
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
@@ -73,7 +73,7 @@ class SessionSpec:
     app_name: str = "default"
     kind: str = "agent"
 
-    def keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
+    def scope_keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
         return (
             ScopeKey("session", self.session_id),
             ScopeKey("user", self.user_id or ANONYMOUS_USER),
@@ -102,6 +102,7 @@ class WorkingState:
     recorder: Recorder
     sizes: dict[ScopeKey, _Sizes] = field(default_factory=dict)
     marks: list[tuple[str, int]] = field(default_factory=list)
+    clean: int = 0  # the recorder savepoint of the last commit (or checkout)
 
     @property
     def is_new(self) -> bool:
@@ -115,7 +116,7 @@ class WorkingState:
 
     def discard_uncommitted(self) -> None:
         """Undo everything not yet committed (a run failed between commit points)."""
-        self.recorder.rollback(0)
+        self.recorder.rollback(self.clean)
         self.marks.clear()
 
     @property
@@ -130,6 +131,7 @@ class WorkingState:
         """Drain the pending ops as (source, ops) segments; unmarked ones go to `source`."""
         self.mark(source)
         ops = self.recorder.drain()
+        self.clean = self.recorder.savepoint()
         segments, start = [], 0
         for name, end in self.marks:
             if end > start:
@@ -203,7 +205,9 @@ class StateStore:
         self.db = db
         self.rules = rules or Rules()
         self.schema = schema
-        self.secret_keys = frozenset(secret_keys) | (schema.secret_keys() if schema else frozenset())
+        self.secret_keys = frozenset(secret_keys) | (
+            schema.secret_keys() if schema else frozenset()
+        )
         self._cipher = cipher
         self._cache = _cache_for(db)
 
@@ -219,17 +223,30 @@ class StateStore:
         validate_id(spec.session_id, "session_id")
         if spec.user_id is not None:
             validate_id(spec.user_id, "user_id")
-        keys = spec.keys()
+        keys = spec.scope_keys()
         record, versions = self.db.probe(spec.session_id, keys)
+        if record is not None:
+            # An existing session's owner and app are its own, whoever reads it.
+            owned = replace(
+                spec,
+                user_id=record.user_id or spec.user_id,
+                app_name=record.app_name or spec.app_name,
+                kind=record.kind,
+            )
+            if owned.scope_keys() != keys:
+                spec, keys = owned, owned.scope_keys()
+                record, versions = self.db.probe(spec.session_id, keys)
+            spec = owned
         cached = self._cache.take(spec.session_id)
         recorder = Recorder()
-        if cached is not None and cached.spec.keys() == keys:
+        if cached is not None and cached.spec.scope_keys() == keys:
             stale = [k for k in keys if cached.versions.get(k) != versions[k]]
             ws = cached
             ws.recorder = recorder
             ws.root.set_recorder(recorder)
             ws.record = record
             ws.marks = []
+            ws.clean = recorder.savepoint()
             ws.spec = spec
             if stale:
                 self._reload(ws, stale)
@@ -258,7 +275,9 @@ class StateStore:
 
     def _reload(self, ws: WorkingState, keys: Sequence[ScopeKey]) -> None:
         loaded = self.db.load_scopes(keys)
-        data = {k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in {k.kind for k in keys}}
+        data = {
+            k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in {k.kind for k in keys}
+        }
         for key in keys:
             scope = loaded[key]
             data.update(self._decode_scope(key, scope.data))
@@ -271,9 +290,8 @@ class StateStore:
         out = {}
         for name, value in data.items():
             full = prefix + name
-            if full in self.secret_keys and isinstance(value, dict):
-                if is_encrypted(value):
-                    value = self.cipher.decrypt_value(value)
+            if full in self.secret_keys and is_encrypted(value):
+                value = self.cipher.decrypt_value(value)
             out[full] = value
         return out
 
@@ -289,7 +307,7 @@ class StateStore:
         if cached is not None:
             return cached
         out: dict[str, Any] = {}
-        for key in spec.keys():
+        for key in spec.scope_keys():
             out.update(self._decode_scope(key, self.scope_at(key, versions.get(key, 0))))
         return out
 
@@ -298,9 +316,7 @@ class StateStore:
         if version <= 0:
             return {}
         snapshot_version, data = self.db.read_snapshot(key, version)
-        for delta in self.db.read_deltas(
-            key, after_version=snapshot_version, upto_version=version
-        ):
+        for delta in self.db.read_deltas(key, after_version=snapshot_version, upto_version=version):
             apply_segments(key, delta.version, data, delta.segments)
         return data
 
@@ -324,7 +340,7 @@ class StateStore:
         source: str = "unattributed",
     ) -> Committed:
         """Persist the pending ops with `events` (and `run`), rebasing on lost races."""
-        self.validate(ws, {op.path[0] for op in ws.recorder.ops})
+        self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
         pending = _Pending(segments=ws.take_segments(source))
         attempt = 0
         while True:
@@ -378,14 +394,14 @@ class StateStore:
         for source, ops in pending.segments:
             split: dict[str, list[dict[str, Any]]] = {}
             for op in ops:
-                kind = scope_of(op.path[0])[0]
+                kind = scope_of(str(op.path[0]))[0]
                 if kind != "temp":
                     split.setdefault(kind, []).append(self._encode_op(op, ws.root, kind))
             for kind, encoded in split.items():
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
         all_events = list(events)
-        for key in spec.keys():
+        for key in spec.scope_keys():
             segments = by_scope.get(key.kind)
             if not segments:
                 continue
@@ -419,7 +435,9 @@ class StateStore:
             )
         for conflict in pending.conflicts:
             all_events.append(
-                NewEvent(type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict))
+                NewEvent(
+                    type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict)
+                )
             )
         session = ws.record or SessionRecord(
             session_id=spec.session_id,
@@ -481,7 +499,7 @@ class StateStore:
 
     def _rebase(self, ws: WorkingState, pending: _Pending) -> None:
         """Re-apply our pending ops on the latest stored state of every scope that moved."""
-        keys = ws.spec.keys()
+        keys = ws.spec.scope_keys()
         record, versions = self.db.probe(ws.spec.session_id, keys)
         ws.record = record
         moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
@@ -498,12 +516,20 @@ class StateStore:
                 for raw in delta.ops:
                     op = Op.from_json(raw)
                     theirs.append(
-                        Op(op=op.op, path=(prefix + str(op.path[0]), *op.path[1:]),
-                           value=op.value, index=op.index)
+                        Op(
+                            op=op.op,
+                            path=(prefix + str(op.path[0]), *op.path[1:]),
+                            value=op.value,
+                            index=op.index,
+                        )
                     )
             latest = self._decode_scope(key, loaded[key].data)
-            mine = [op for _s, ops in pending.segments for op in ops
-                    if scope_of(str(op.path[0]))[0] == key.kind]
+            mine = [
+                op
+                for _s, ops in pending.segments
+                for op in ops
+                if scope_of(str(op.path[0]))[0] == key.kind
+            ]
             if mine:
                 result = rebase(latest, theirs, mine, self.rules)
                 rebased[key.kind] = list(result.ops)
@@ -541,7 +567,26 @@ class _Pending:
 def _resplit(
     segments: list[tuple[str, list[Op]]], rebased: dict[str, list[Op]]
 ) -> list[tuple[str, list[Op]]]:
-    """Put rebased ops back under the sources that made them (rebase keeps op order)."""
+    """Put rebased ops back under the sources that made them. Rebase keeps op order and
+    usually one op per op; when it dropped or merged some, a scope's ops are attributed to
+    all of its sources together."""
+    counts: dict[str, int] = {}
+    for _source, ops in segments:
+        for op in ops:
+            kind = scope_of(str(op.path[0]))[0]
+            counts[kind] = counts.get(kind, 0) + 1
+    uneven = [kind for kind, ops in rebased.items() if len(ops) != counts.get(kind, 0)]
+    if uneven:
+        sources = "+".join(dict.fromkeys(s for s, _ops in segments))
+        kept = [
+            (s, [op for op in ops if scope_of(str(op.path[0]))[0] not in uneven])
+            for s, ops in segments
+        ]
+        merged = [op for kind in uneven for op in rebased.pop(kind)]
+        segments = [(s, ops) for s, ops in kept if ops]
+        tail = [(sources, merged)] if merged else []
+    else:
+        tail = []
     queues = {kind: iter(ops) for kind, ops in rebased.items()}
     out = []
     for source, ops in segments:
@@ -556,7 +601,7 @@ def _resplit(
                 new_ops.append(op)
         if new_ops:
             out.append((source, new_ops))
-    return out
+    return out + tail
 
 
 def new_id() -> str:

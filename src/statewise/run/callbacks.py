@@ -51,7 +51,9 @@ async def call_with_available(fn: Callable[..., Any], available: Mapping[str, An
     return result
 
 
-def as_callbacks(value: Callable[..., Any] | Sequence[Callable[..., Any]] | None, what: str) -> tuple[Callable[..., Any], ...]:
+def as_callbacks(
+    value: Callable[..., Any] | Sequence[Callable[..., Any]] | None, what: str
+) -> tuple[Callable[..., Any], ...]:
     if value is None:
         return ()
     items = [value] if callable(value) else list(value)

@@ -12,6 +12,7 @@ run as failed.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,9 +62,9 @@ def initialize_state(
     missing keys of those shared scopes) and the run's `session_state`."""
     root = working.root
     for key, value in defaults.items():
-        if key.startswith("temp:"):
-            root[key] = value
-        elif key not in root and (working.is_new or scope_of(key)[0] != "session"):
+        if key.startswith("temp:") or (
+            key not in root and (working.is_new or scope_of(key)[0] != "session")
+        ):
             root[key] = value
     working.mark("default_state")
     if session_state:
@@ -144,8 +145,13 @@ async def drive_run(
         record.messages = [m.to_dict() for m in messages]
         record.metrics = metrics.to_dict()
         changed = await scope.commit(
-            [NewEvent(type="run_completed", run_id=run_id,
-                      data={"content": result.content, "metrics": metrics.to_dict()})],
+            [
+                NewEvent(
+                    type="run_completed",
+                    run_id=run_id,
+                    data={"content": result.content, "metrics": metrics.to_dict()},
+                )
+            ],
             run=record,
             source="run_end",
         )
@@ -169,14 +175,12 @@ async def drive_run(
         if working.record is not None:
             record.status = "failed"
             record.error = f"{type(exc).__name__}: {exc}"
-            try:
+            with contextlib.suppress(Exception):
                 await scope.commit(
                     [NewEvent(type="run_failed", run_id=run_id, data={"error": record.error})],
                     run=record,
                     source="run_failed",
                 )
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
         raise
     finally:
         store.release(working, keep=keep)
@@ -191,3 +195,51 @@ async def history_messages(
         store.db.read_runs, session_id, limit=runs, status="completed"
     )
     return [Message.from_dict(m) for r in records for m in r.messages]
+
+
+async def run_nested(
+    rt: AgentRuntime,
+    scope: RunScope,
+    parent: RunContext,
+    input: str,
+    result: StepsResult,
+    *,
+    stream: bool = False,
+    history: Sequence[Message] = (),
+) -> AsyncIterator[RunEvent]:
+    """Run an agent inside another run (a workflow step, a team member) on the host's
+    checked-out state: its writes are visible to the host at once, its steps commit
+    through the host's scope, and the host owns the run record and the run-end commit.
+
+    The answer ends up in `result.content`.
+    """
+    ctx = RunContext(
+        run_id=parent.run_id,
+        session_id=parent.session_id,
+        user_id=parent.user_id,
+        agent=rt.agent,
+        agent_name=rt.name,
+        metadata=parent.metadata,
+        _working=parent._working,
+        _store=parent._store,
+    )
+    metrics = RunMetrics()
+    available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
+    early = await first_result(rt.callbacks.before_agent, available)
+    scope.working.mark(f"callback:before_agent:{rt.name}")
+    if early is not None:
+        result.content = early if isinstance(early, str) else str(early)
+        result.messages.append(Message(role="assistant", content=result.content))
+    else:
+        user_message = Message(role="user", content=input)
+        async for event in run_steps(
+            rt, scope, ctx, [*history, user_message], metrics, result, stream=stream
+        ):
+            yield event
+    if rt.output_key:
+        ctx.session_state[rt.output_key] = result.content
+        scope.working.mark(f"output_key:{rt.name}")
+    replaced = await first_result(rt.callbacks.after_agent, available)
+    if replaced is not None:
+        result.content = replaced if isinstance(replaced, str) else str(replaced)
+    scope.working.mark(f"callback:after_agent:{rt.name}")

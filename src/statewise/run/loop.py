@@ -76,8 +76,12 @@ async def run_steps(
         request = ModelRequest(
             messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
         )
-        available = {"callback_context": ctx, "run_context": ctx, "llm_request": request,
-                     "agent": rt.agent}
+        available = {
+            "callback_context": ctx,
+            "run_context": ctx,
+            "llm_request": request,
+            "agent": rt.agent,
+        }
         response = await first_result(rt.callbacks.before_model, available)
         if isinstance(response, str):
             response = ModelResponse(content=response)
@@ -109,22 +113,52 @@ async def run_steps(
         scope.working.mark("callback:model")
         assistant = response.to_message()
         result.messages.append(assistant)
-        events = [NewEvent(type="model_response", run_id=ctx.run_id, data={
-            "agent": rt.name, "step": step, "message": assistant.to_dict(),
-            "usage": response.usage.to_dict()})]
+        events = [
+            NewEvent(
+                type="model_response",
+                run_id=ctx.run_id,
+                data={
+                    "agent": rt.name,
+                    "step": step,
+                    "message": assistant.to_dict(),
+                    "usage": response.usage.to_dict(),
+                },
+            )
+        ]
         for call in response.tool_calls:
-            yield ToolCallStarted(tool_call_id=call.id, tool_name=call.name,
-                                  arguments=call.arguments, agent_name=rt.name)
+            yield ToolCallStarted(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=call.arguments,
+                agent_name=rt.name,
+            )
             text, is_error = await _call_tool(rt, scope, ctx, call)
             metrics.tool_calls += 1
             result.messages.append(
                 Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
             )
-            events.append(NewEvent(type="tool_call", run_id=ctx.run_id, data={
-                "agent": rt.name, "step": step, "tool_call_id": call.id, "name": call.name,
-                "arguments": call.arguments, "result": text, "is_error": is_error}))
-            yield ToolCallCompleted(tool_call_id=call.id, tool_name=call.name, result=text,
-                                    is_error=is_error, agent_name=rt.name)
+            events.append(
+                NewEvent(
+                    type="tool_call",
+                    run_id=ctx.run_id,
+                    data={
+                        "agent": rt.name,
+                        "step": step,
+                        "tool_call_id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                        "result": text,
+                        "is_error": is_error,
+                    },
+                )
+            )
+            yield ToolCallCompleted(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                result=text,
+                is_error=is_error,
+                agent_name=rt.name,
+            )
         changed = await scope.commit(events, step=step, source="step")
         if changed is not None:
             yield changed
@@ -145,16 +179,24 @@ async def _call_tool(
     """Run one tool call atomically: its state writes are kept only if it succeeds."""
     working = scope.working
     savepoint = working.recorder.savepoint()
+    ops_before = len(working.recorder.ops)
     function = rt.functions.get(call.name)
     if function is None:
         known = ", ".join(sorted(rt.functions)) or "none"
         return f"Error: unknown tool {call.name!r}. Available tools: {known}.", True
     if call.arguments_error is not None:
-        return (f"Error: the arguments for tool {call.name!r} are not valid JSON "
-                f"({call.arguments_error}). Call it again with a JSON object."), True
+        return (
+            f"Error: the arguments for tool {call.name!r} are not valid JSON "
+            f"({call.arguments_error}). Call it again with a JSON object."
+        ), True
     available: dict[str, Any] = {
-        "callback_context": ctx, "tool_context": ctx, "run_context": ctx, "agent": rt.agent,
-        "tool_name": call.name, "tool": function, "args": call.arguments,
+        "callback_context": ctx,
+        "tool_context": ctx,
+        "run_context": ctx,
+        "agent": rt.agent,
+        "tool_name": call.name,
+        "tool": function,
+        "args": call.arguments,
         "arguments": call.arguments,
     }
     try:
@@ -162,8 +204,11 @@ async def _call_tool(
         if value is None:
             injected = {
                 **rt.injected,
-                "run_context": ctx, "tool_context": ctx, "callback_context": ctx,
-                "session_state": ctx.session_state, "agent_state": ctx.session_state,
+                "run_context": ctx,
+                "tool_context": ctx,
+                "callback_context": ctx,
+                "session_state": ctx.session_state,
+                "agent_state": ctx.session_state,
                 "agent": rt.agent,
             }
             value = await call_with_hooks(function, call.arguments, rt.tool_hooks, injected)
@@ -172,12 +217,12 @@ async def _call_tool(
         )
         if replaced is not None:
             value = replaced
-        scope.store.validate(working, {op.path[0] for op in working.recorder.ops[savepoint:]})
+        scope.store.validate(working, {str(op.path[0]) for op in working.recorder.ops[ops_before:]})
         text = format_tool_result(value)
     except ToolArgumentsError as exc:
         working.recorder.rollback(savepoint)
         return f"Error: {exc}", True
-    except (Exception, StatewiseError) as exc:  # noqa: BLE001 - the model gets the error text
+    except (Exception, StatewiseError) as exc:
         working.recorder.rollback(savepoint)
         return f"Error: {type(exc).__name__}: {exc}", True
     working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))

@@ -1,0 +1,5 @@
+"""The `statewise` command line. Nothing in the library imports it."""
+
+from statewise.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,51 @@
+"""Helpers shared by the offline models: token estimates and fake streaming.
+
+Offline models report usage so that run metrics look like real runs, and stream in
+several pieces so that streaming consumers are exercised the way a provider would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+from statewise.models.messages import Message, ModelResponse, TextDelta, ToolCallDelta, Usage
+
+
+def estimate_tokens(text: str | None) -> int:
+    """A rough token count: about four characters a token, at least one for any text."""
+    if not text:
+        return 0
+    return max(1, (len(text) + 3) // 4)
+
+
+def estimate_usage(messages: list[Message], response: ModelResponse) -> Usage:
+    """Usage of one request, estimated from the length of what went in and came out."""
+    prompt = sum(estimate_tokens(m.content) for m in messages)
+    prompt += sum(
+        estimate_tokens(json.dumps(c.arguments)) + estimate_tokens(c.name)
+        for m in messages
+        for c in m.tool_calls
+    )
+    output = estimate_tokens(response.content)
+    output += sum(
+        estimate_tokens(json.dumps(c.arguments)) + estimate_tokens(c.name)
+        for c in response.tool_calls
+    )
+    return Usage(input_tokens=prompt, output_tokens=output, requests=1)
+
+
+def word_chunks(text: str) -> list[str]:
+    """Split text into word-sized pieces that join back to exactly `text`."""
+    return re.findall(r"\s*\S+\s*|\s+", text)
+
+
+def response_chunks(response: ModelResponse) -> Iterator[TextDelta | ToolCallDelta]:
+    """The deltas a streaming provider would have sent for `response`."""
+    for piece in word_chunks(response.content or ""):
+        yield TextDelta(content=piece)
+    for index, call in enumerate(response.tool_calls):
+        yield ToolCallDelta(
+            index=index, id=call.id, name=call.name, arguments_delta=json.dumps(call.arguments)
+        )

@@ -7,6 +7,7 @@ This measures what the network sees, independent of the driver's internals.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from urllib.parse import urlsplit, urlunsplit
@@ -35,10 +36,16 @@ class RoundTripProxy:
             server = socket.create_connection(self.target)
             self._sockets += [client, server]
             state = {"server_spoke": True}
-            threading.Thread(target=self._pump, args=(client, server, state, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, state, False), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(client, server, state, True), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._pump, args=(server, client, state, False), daemon=True
+            ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, state: dict[str, bool], upstream: bool) -> None:
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, state: dict[str, bool], upstream: bool
+    ) -> None:
         try:
             while data := src.recv(65536):
                 with self._lock:
@@ -55,16 +62,12 @@ class RoundTripProxy:
         except OSError:
             pass
         for s in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def close(self) -> None:
         self.listener.close()
         for s in self._sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass

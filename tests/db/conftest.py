@@ -66,7 +66,8 @@ def require(problem: str | None) -> None:
 
 
 def _guarded(
-    problem: Callable[[], str | None], make: Callable[[], Callable[[], AbstractContextManager[Harness]]]
+    problem: Callable[[], str | None],
+    make: Callable[[], Callable[[], AbstractContextManager[Harness]]],
 ) -> Callable[[], AbstractContextManager[Harness]]:
     @contextmanager
     def factory() -> Iterator[Harness]:

@@ -42,9 +42,16 @@ def _commit_ops(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
     record, versions = db.probe(sid, [ScopeKey("session", sid), ScopeKey("user", "u1")])
     return Commit(
         session=record,
-        writes=[ScopeWrite(key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])])
-                for k, v in versions.items()],
-        events=[NewEvent(type="state_delta"), NewEvent(type="model_response", data={"x": "y" * 1000})],
+        writes=[
+            ScopeWrite(
+                key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])]
+            )
+            for k, v in versions.items()
+        ],
+        events=[
+            NewEvent(type="state_delta"),
+            NewEvent(type="model_response", data={"x": "y" * 1000}),
+        ],
     )
 
 
@@ -138,7 +145,9 @@ def test_concurrent_first_starts_migrate_once(pg_url: str, schema: str) -> None:
         t.join()
     assert not errors, errors
     with psycopg.connect(pg_url) as conn:
-        rows = conn.execute(f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1').fetchall()
+        rows = conn.execute(
+            f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1'
+        ).fetchall()
     assert [r[0] for r in rows] == [1, 2]
 
 

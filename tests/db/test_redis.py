@@ -38,8 +38,12 @@ def _commit(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
     record, versions = db.probe(sid, keys)
     return Commit(
         session=record,
-        writes=[ScopeWrite(key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])])
-                for k, v in versions.items()],
+        writes=[
+            ScopeWrite(
+                key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])]
+            )
+            for k, v in versions.items()
+        ],
         events=[NewEvent(type="state_delta"), NewEvent(type="model_response", data={"x": 1})],
     )
 

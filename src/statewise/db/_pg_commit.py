@@ -6,6 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+from psycopg import errors as pg_errors
+
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
 from statewise.db.records import (
@@ -18,9 +21,6 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.exceptions import StorageError, VersionConflict
-
-import psycopg
-from psycopg import errors as pg_errors
 
 if TYPE_CHECKING:
     from statewise.db.postgres import PostgresDb
@@ -88,8 +88,7 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     if isinstance(exc, psycopg.OperationalError):
                         raise db._unavailable(exc) from exc
                     raise StorageError(
-                        f"PostgreSQL commit of session {commit.session.session_id!r} failed: "
-                        f"{exc}"
+                        f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
                     ) from exc
                 # The connection died with the call in flight: it is one transaction, so
                 # it either landed whole or not at all. Look, then answer or send it again.
@@ -105,7 +104,10 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
         assert row is not None
         last_seq = int(row[0])
         return CommitResult(
-            versions=versions, first_seq=last_seq - n_events + 1, last_seq=last_seq, committed_at=now
+            versions=versions,
+            first_seq=last_seq - n_events + 1,
+            last_seq=last_seq,
+            committed_at=now,
         )
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -196,7 +198,10 @@ def import_in(
             cur.executemany(
                 f"INSERT INTO {s}.events (session_id, seq, run_id, type, data, created_at) "
                 f"VALUES (%s,%s,%s,%s,%s,%s)",
-                [(sid, e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at) for e in events],
+                [
+                    (sid, e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at)
+                    for e in events
+                ],
             )
         if runs:
             cur.executemany(

@@ -226,9 +226,7 @@ def load_query(s: str) -> str:
     """
 
 
-SESSION_COLUMNS = (
-    "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
-)
+SESSION_COLUMNS = "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
 RUN_COLUMNS = (
     "run_id, status, agent_name, input, content, messages, metrics, error, created_at, updated_at"
 )

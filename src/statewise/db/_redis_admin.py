@@ -70,8 +70,11 @@ def read_events(
             decoded = _codec.loads(data)
         except (ValueError, TypeError) as exc:
             raise corrupt(f"session {sid!r}: event {seq} is not JSON") from exc
-        events.append(EventRecord(session_id=sid, seq=seq, type=type_, data=decoded,
-                                  run_id=run_id, created_at=created))
+        events.append(
+            EventRecord(
+                session_id=sid, seq=seq, type=type_, data=decoded, run_id=run_id, created_at=created
+            )
+        )
     return events
 
 
@@ -118,8 +121,11 @@ def list_sessions(
         records = _sessions(db, ids)
         matching = [r for r in records if r.app_name == app_name]
         return matching[offset : offset + limit]
-    index = k.by_user(user_id) if user_id is not None else (
-        k.by_app(app_name) if app_name is not None else k.sessions())
+    index = (
+        k.by_user(user_id)
+        if user_id is not None
+        else (k.by_app(app_name) if app_name is not None else k.sessions())
+    )
     if limit <= 0:
         return []
     ids = [dec(m) for m in db._call("read", db.client.zrange, index, offset, offset + limit - 1)]
@@ -131,7 +137,9 @@ def _sessions(db: RedisDb, ids: Sequence[str | None]) -> list[SessionRecord]:
     for sid in ids:
         pipe.hgetall(db.keys.session(str(sid)))
     rows = db._call("read", pipe.execute) if ids else []
-    return [db.keys.session_record(str(sid), raw) for sid, raw in zip(ids, rows, strict=True) if raw]
+    return [
+        db.keys.session_record(str(sid), raw) for sid, raw in zip(ids, rows, strict=True) if raw
+    ]
 
 
 def delete_sessions(db: RedisDb, ids: Sequence[str]) -> int:
@@ -183,9 +191,13 @@ def import_records(
     key = ScopeKey("session", sid)
     score = repr(-float(session.updated_at))
     fields: dict[str, Any] = {
-        "session_id": sid, "kind": session.kind, "created_at": repr(float(session.created_at)),
-        "updated_at": repr(float(session.updated_at)), "last_seq": session.last_seq,
-        "metadata": _codec.dumps(session.metadata), "runs": len(runs),
+        "session_id": sid,
+        "kind": session.kind,
+        "created_at": repr(float(session.created_at)),
+        "updated_at": repr(float(session.updated_at)),
+        "last_seq": session.last_seq,
+        "metadata": _codec.dumps(session.metadata),
+        "runs": len(runs),
     }
     if session.user_id is not None:
         fields["user_id"] = session.user_id
@@ -204,24 +216,56 @@ def import_records(
             if session.app_name is not None:
                 pipe.zadd(k.by_app(session.app_name), {sid: score})
             for d in deltas:
-                meta = [sid, d.run_id, d.step, _codec.dumps(d.conflicts) if d.conflicts else None,
-                        repr(float(d.created_at))]
-                pipe.hset(k.dseg(key), str(d.version), _codec.dumps([s.to_dict() for s in d.segments]))
+                meta = [
+                    sid,
+                    d.run_id,
+                    d.step,
+                    _codec.dumps(d.conflicts) if d.conflicts else None,
+                    repr(float(d.created_at)),
+                ]
+                pipe.hset(
+                    k.dseg(key), str(d.version), _codec.dumps([s.to_dict() for s in d.segments])
+                )
                 pipe.hset(k.dmeta(key), str(d.version), _codec.dumps(meta))
             if deltas:
-                pipe.hset(k.scope(key), mapping={
-                    "version": max(d.version for d in deltas), "snapshot_version": 0,
-                    "snapshot_bytes": 0, "tail_bytes": 0, "updated_at": repr(session.updated_at)})
+                pipe.hset(
+                    k.scope(key),
+                    mapping={
+                        "version": max(d.version for d in deltas),
+                        "snapshot_version": 0,
+                        "snapshot_bytes": 0,
+                        "tail_bytes": 0,
+                        "updated_at": repr(session.updated_at),
+                    },
+                )
             for e in events:
                 pipe.hset(k.ev(sid), str(e.seq), _codec.dumps(e.data))
-                pipe.hset(k.evm(sid), str(e.seq),
-                          _codec.dumps([e.type, e.run_id, repr(float(e.created_at))]))
+                pipe.hset(
+                    k.evm(sid),
+                    str(e.seq),
+                    _codec.dumps([e.type, e.run_id, repr(float(e.created_at))]),
+                )
             for order, r in enumerate(runs, 1):
-                values = [r.status, r.agent_name, r.input, r.content, _codec.dumps(r.messages),
-                          _codec.dumps(r.metrics), r.error, repr(float(r.created_at)),
-                          repr(float(r.updated_at)), order]
-                pipe.hset(k.runs(sid), mapping={
-                    f: v for f, v in zip(run_fields(r.run_id), values, strict=True) if v is not None})
+                values = [
+                    r.status,
+                    r.agent_name,
+                    r.input,
+                    r.content,
+                    _codec.dumps(r.messages),
+                    _codec.dumps(r.metrics),
+                    r.error,
+                    repr(float(r.created_at)),
+                    repr(float(r.updated_at)),
+                    order,
+                ]
+                pipe.hset(
+                    k.runs(sid),
+                    mapping={
+                        f: v
+                        for f, v in zip(run_fields(r.run_id), values, strict=True)
+                        if v is not None
+                    },
+                )
                 pipe.zadd(k.runord(sid), {f"{order:012d}{r.run_id}": repr(float(r.created_at))})
             db._call("import", pipe.execute)
         except redis.WatchError as exc:

@@ -9,8 +9,16 @@ from statewise.db.records import RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import CorruptRecordError
 
 RUN_FIELDS = (
-    "status", "agent_name", "input", "content", "messages", "metrics", "error", "created_at",
-    "updated_at", "order",
+    "status",
+    "agent_name",
+    "input",
+    "content",
+    "messages",
+    "metrics",
+    "error",
+    "created_at",
+    "updated_at",
+    "order",
 )
 
 
@@ -73,7 +81,11 @@ class Keys:
     def owned_by_session(self, sid: str) -> list[str]:
         """Every key a session owns (its `user:`/`app:` scopes are shared, not included)."""
         return [
-            self.session(sid), self.ev(sid), self.evm(sid), self.runs(sid), self.runord(sid),
+            self.session(sid),
+            self.ev(sid),
+            self.evm(sid),
+            self.runs(sid),
+            self.runord(sid),
             *self.scope_keys(ScopeKey("session", sid)),
         ]
 

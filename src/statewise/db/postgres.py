@@ -25,7 +25,6 @@ start together do not race; a database newer than this code raises `SchemaVersio
 from __future__ import annotations
 
 import re
-import select
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +33,10 @@ from typing import Any, TypeVar
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
+from statewise.db._pg_rows import is_dead as _is_dead
+from statewise.db._pg_rows import reason as _reason
+from statewise.db._pg_rows import run_from_row as _run_from_row
+from statewise.db._pg_rows import session_from_row as _session_from_row
 from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
 from statewise.db.records import (
     Commit,
@@ -53,7 +56,6 @@ from statewise.exceptions import (
     MissingDependencyError,
     SchemaVersionError,
     StorageError,
-    VersionConflict,
 )
 
 try:
@@ -255,7 +257,9 @@ class PostgresDb(BaseDb):
                 result[key] = ScopeState(key=key)
                 continue
             _k, _i, version, snapshot_version, snapshot_bytes, tail_bytes, state, dv, ds = row
-            data = replay_scope(key, snapshot_version, state, zip(dv or [], ds or []), version)
+            data = replay_scope(
+                key, snapshot_version, state, zip(dv or [], ds or [], strict=False), version
+            )
             result[key] = ScopeState(
                 key=key,
                 version=version,
@@ -376,8 +380,7 @@ class PostgresDb(BaseDb):
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
         row = self._read(
             lambda c: c.execute(
-                f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs "
-                f"WHERE session_id = %s AND run_id = %s",
+                f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs WHERE session_id = %s AND run_id = %s",
                 (session_id, run_id),
             ).fetchone()
         )
@@ -399,7 +402,7 @@ class PostgresDb(BaseDb):
         if app_name is not None:
             sql += " AND app_name = %s"
             params.append(app_name)
-        sql += " ORDER BY updated_at DESC, session_id COLLATE \"C\" LIMIT %s OFFSET %s"
+        sql += ' ORDER BY updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
         params.extend([limit, offset])
         rows = self._read(lambda c: c.execute(sql, params).fetchall())
         return [_session_from_row(r) for r in rows]
@@ -461,66 +464,6 @@ class PostgresDb(BaseDb):
             raise StorageError(
                 f"cannot import session {session.session_id!r}: it already exists"
             ) from exc
-
-
-# ---- row decoding -------------------------------------------------------------------------
-
-
-def _session_from_row(row: Sequence[Any]) -> SessionRecord:
-    try:
-        metadata = _codec.loads(row[7]) if row[7] else {}
-    except ValueError as exc:
-        raise CorruptRecordError(f"session {row[0]!r}: metadata is not JSON") from exc
-    return SessionRecord(
-        session_id=row[0],
-        user_id=row[1],
-        app_name=row[2],
-        kind=row[3],
-        created_at=row[4],
-        updated_at=row[5],
-        last_seq=row[6],
-        metadata=metadata,
-    )
-
-
-def _run_from_row(session_id: str, row: Sequence[Any]) -> RunRecord:
-    try:
-        messages = _codec.loads(row[5])
-        metrics = _codec.loads(row[6])
-    except ValueError as exc:
-        raise CorruptRecordError(
-            f"session {session_id!r}: run {row[0]!r} is not valid JSON"
-        ) from exc
-    return RunRecord(
-        session_id=session_id,
-        run_id=row[0],
-        status=row[1],
-        agent_name=row[2],
-        input=row[3],
-        content=row[4],
-        messages=messages,
-        metrics=metrics,
-        error=row[7],
-        created_at=row[8],
-        updated_at=row[9],
-    )
-
-
-def _is_dead(conn: psycopg.Connection[Any]) -> bool:
-    """True when an idle connection is closed, or the server sent something on it
-    (a termination notice, or EOF): a poll with no timeout, no round trip."""
-    if conn.closed or conn.broken:
-        return True
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True
-    return bool(readable)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 __all__ = ["PostgresDb"]

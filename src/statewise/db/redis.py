@@ -143,7 +143,9 @@ class RedisDb(BaseDb):
         return record, {k: int(v or 0) for k, v in zip(keys, found[1:], strict=True)}
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
-        names = [n for k in keys for n in (self.keys.scope(k), self.keys.dseg(k), self.keys.snap(k))]
+        names = [
+            n for k in keys for n in (self.keys.scope(k), self.keys.dseg(k), self.keys.snap(k))
+        ]
         rows = self._call("load", self._load_script, keys=names) if keys else []
         result = {}
         for key, row in zip(keys, rows, strict=True):
@@ -151,8 +153,12 @@ class RedisDb(BaseDb):
             deltas = zip(range(sv + 1, version + 1), segments, strict=False)
             data = replay_scope(key, sv, snapshot or None, deltas, version) if version else {}
             result[key] = ScopeState(
-                key=key, version=version, data=data, snapshot_version=sv,
-                snapshot_bytes=sbytes, tail_bytes=tbytes,
+                key=key,
+                version=version,
+                data=data,
+                snapshot_version=sv,
+                snapshot_bytes=sbytes,
+                tail_bytes=tbytes,
             )
         return result
 
@@ -181,8 +187,11 @@ class RedisDb(BaseDb):
                 sid, run_id, step, conflicts, created = _codec.loads(meta)
             except (ValueError, TypeError) as exc:
                 raise corrupt(f"{key}: the delta at version {version} is corrupt") from exc
-            out.append(decode_delta_row(key, version, sid, run_id, step, seg or b"", conflicts,
-                                        float(created)))
+            out.append(
+                decode_delta_row(
+                    key, version, sid, run_id, step, seg or b"", conflicts, float(created)
+                )
+            )
         return out
 
     def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
@@ -250,7 +259,9 @@ class RedisDb(BaseDb):
                 raise VersionConflict(f"session {sid!r}", int(reply[2]), None)
             write = commit.writes[int(reply[2]) - 1]
             actual = int(reply[3])
-            raise VersionConflict(str(write.key), write.base_version, None if actual < 0 else actual)
+            raise VersionConflict(
+                str(write.key), write.base_version, None if actual < 0 else actual
+            )
         last_seq = int(reply[1])
         return CommitResult(
             versions={w.key: w.base_version + 1 for w in commit.writes},
@@ -271,29 +282,50 @@ class RedisDb(BaseDb):
             return len(blobs) + 1  # ARGV[1] is the header
 
         header: dict[str, Any] = {
-            "sid": sid, "create": commit.create_session, "kind": s.kind, "now": stamp,
-            "score": repr(-now), "token": uuid.uuid4().hex, "n_events": len(commit.events),
-            "metadata": blob(_codec.dumps(s.metadata)), "writes": [], "events": [],
+            "sid": sid,
+            "create": commit.create_session,
+            "kind": s.kind,
+            "now": stamp,
+            "score": repr(-now),
+            "token": uuid.uuid4().hex,
+            "n_events": len(commit.events),
+            "metadata": blob(_codec.dumps(s.metadata)),
+            "writes": [],
+            "events": [],
         }
         if s.user_id is not None:
             header["user_id"] = s.user_id
         if s.app_name is not None:
             header["app_name"] = s.app_name
         keys = [
-            k.session(sid), k.sessions(), k.by_user(s.user_id or ""), k.by_app(s.app_name or ""),
-            k.ev(sid), k.evm(sid), k.runs(sid), k.runord(sid),
+            k.session(sid),
+            k.sessions(),
+            k.by_user(s.user_id or ""),
+            k.by_app(s.app_name or ""),
+            k.ev(sid),
+            k.evm(sid),
+            k.runs(sid),
+            k.runord(sid),
         ]
         for w in commit.writes:
             snapshot = _codec.dumps(w.snapshot) if w.snapshot is not None else None
-            meta = [sid, commit.run_id, commit.step,
-                    _codec.dumps(w.conflicts) if w.conflicts else None, stamp]
-            header["writes"].append({
-                "base": w.base_version,
-                "seg": blob(_codec.dumps([seg.to_dict() for seg in w.segments])),
-                "meta": blob(_codec.dumps(meta)),
-                "snap": blob(snapshot) if snapshot is not None else 0,
-                "dbytes": w.delta_bytes, "sbytes": len(snapshot) if snapshot else 0,
-            })
+            meta = [
+                sid,
+                commit.run_id,
+                commit.step,
+                _codec.dumps(w.conflicts) if w.conflicts else None,
+                stamp,
+            ]
+            header["writes"].append(
+                {
+                    "base": w.base_version,
+                    "seg": blob(_codec.dumps([seg.to_dict() for seg in w.segments])),
+                    "meta": blob(_codec.dumps(meta)),
+                    "snap": blob(snapshot) if snapshot is not None else 0,
+                    "dbytes": w.delta_bytes,
+                    "sbytes": len(snapshot) if snapshot else 0,
+                }
+            )
             keys += [k.scope(w.key), k.dseg(w.key), k.dmeta(w.key), k.snap(w.key), k.snapv(w.key)]
         for e in commit.events:
             header["events"].append(
@@ -302,8 +334,10 @@ class RedisDb(BaseDb):
         if commit.run is not None:
             r = commit.run
             run: dict[str, Any] = {
-                "id": r.run_id, "status": r.status,
-                "messages": blob(_codec.dumps(r.messages)), "metrics": blob(_codec.dumps(r.metrics)),
+                "id": r.run_id,
+                "status": r.status,
+                "messages": blob(_codec.dumps(r.messages)),
+                "metrics": blob(_codec.dumps(r.metrics)),
             }
             if r.created_at:
                 run["created_at"] = repr(float(r.created_at))

@@ -107,13 +107,17 @@ def run_conformance(factory: Factory, *, include_store: bool = True) -> int:
             try:
                 case(harness)
             except Exception as exc:
-                raise AssertionError(f"{harness.name}: conformance case {case.__name__} failed") from exc
+                raise AssertionError(
+                    f"{harness.name}: conformance case {case.__name__} failed"
+                ) from exc
         count += 1
     return count
 
 
 def all_cases(*, include_store: bool = True) -> list[Callable[[Harness], None]]:
-    from statewise.db.testing import cases, store_cases
+    from statewise.db.testing import cases, cases_history, store_cases
+
+    assert cases_history.CASES is cases.CASES  # registered into the same list
 
     found = list(cases.CASES)
     if include_store:

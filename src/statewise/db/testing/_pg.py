@@ -49,7 +49,7 @@ class PostgresHarness(Harness):
 
         sql, params = _corrupt_sql(f'"{self.schema}".', "%s", target, key, session_id, at)
         with psycopg.connect(self.url, autocommit=True) as conn:
-            changed = conn.execute(sql, params).rowcount  # type: ignore[arg-type]
+            changed = conn.execute(sql, params).rowcount
         assert changed == 1, f"corrupt {target}: no such record"
 
     def close(self) -> None:
@@ -58,10 +58,12 @@ class PostgresHarness(Harness):
         super().close()
         with psycopg.connect(self.url, autocommit=True) as conn:
             for schema in self.schemas:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def postgres_backend(url: str, prefix: str = "sw_test") -> Callable[[], AbstractContextManager[Harness]]:
+def postgres_backend(
+    url: str, prefix: str = "sw_test"
+) -> Callable[[], AbstractContextManager[Harness]]:
     """A factory for `register_backend`: every harness uses fresh schemas named `prefix_*`."""
 
     @contextmanager

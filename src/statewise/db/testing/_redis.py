@@ -75,7 +75,9 @@ class RedisHarness(Harness):
             client.close()
 
 
-def redis_backend(url: str, prefix: str = "sw-test") -> Callable[[], AbstractContextManager[Harness]]:
+def redis_backend(
+    url: str, prefix: str = "sw-test"
+) -> Callable[[], AbstractContextManager[Harness]]:
     """A factory for `register_backend`: every harness uses fresh prefixes `prefix-*`."""
 
     @contextmanager

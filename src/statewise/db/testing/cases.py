@@ -10,10 +10,9 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
 from typing import Any
 
-from statewise.db.base import BaseDb, split_records
+from statewise.db.base import BaseDb
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -26,9 +25,6 @@ from statewise.db.records import (
 )
 from statewise.db.testing import Harness
 from statewise.exceptions import (
-    CorruptRecordError,
-    InvalidIdError,
-    StorageError,
     VersionConflict,
 )
 
@@ -48,9 +44,17 @@ def setop(path: str, value: Any) -> dict[str, Any]:
     return {"op": "set", "path": [path], "value": value}
 
 
-def write(db: BaseDb, sid: str, *ops: dict[str, Any], key: ScopeKey | None = None,
-          user_id: str | None = "u1", app_name: str = "app", events: int = 1,
-          run: RunRecord | None = None, snapshot: dict[str, Any] | None = None) -> CommitResult:
+def write(
+    db: BaseDb,
+    sid: str,
+    *ops: dict[str, Any],
+    key: ScopeKey | None = None,
+    user_id: str | None = "u1",
+    app_name: str = "app",
+    events: int = 1,
+    run: RunRecord | None = None,
+    snapshot: dict[str, Any] | None = None,
+) -> CommitResult:
     """Commit `ops` to one scope (the session's by default) at its current version."""
     key = key or S(sid)
     record, versions = db.probe(sid, [key])
@@ -58,9 +62,17 @@ def write(db: BaseDb, sid: str, *ops: dict[str, Any], key: ScopeKey | None = Non
         Commit(
             session=record or SessionRecord(session_id=sid, user_id=user_id, app_name=app_name),
             create_session=record is None,
-            writes=[ScopeWrite(key=key, base_version=versions[key],
-                               segments=[DeltaSegment(source="test", ops=list(ops))],
-                               snapshot=snapshot, delta_bytes=10)] if ops else [],
+            writes=[
+                ScopeWrite(
+                    key=key,
+                    base_version=versions[key],
+                    segments=[DeltaSegment(source="test", ops=list(ops))],
+                    snapshot=snapshot,
+                    delta_bytes=10,
+                )
+            ]
+            if ops
+            else [],
             events=[NewEvent(type="note", data={"i": i}) for i in range(events)],
             run=run,
             run_id=run.run_id if run else None,
@@ -102,34 +114,55 @@ def commit_and_load_roundtrip(h: Harness) -> None:
     db = h.db
     sk, uk, ak = S("s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")
     t0 = time.time()
-    result = db.commit(Commit(
-        session=SessionRecord(session_id="s1", user_id="u1", app_name="app", kind="team",
-                              metadata={"m": [1, "x"]}),
-        create_session=True,
-        writes=[ScopeWrite(key=k, base_version=0,
-                           segments=[DeltaSegment(source="tool:a", ops=[setop("k", k.kind)])])
-                for k in (sk, uk, ak)],
-        events=[NewEvent(type="run_started", data={"a": 1}, run_id="r1"),
-                NewEvent(type="state_delta", data={"b": [1, 2]}, run_id="r1")],
-        run=RunRecord(session_id="s1", run_id="r1", agent_name="bot", input="hi"),
-        run_id="r1", step=3,
-    ))
+    result = db.commit(
+        Commit(
+            session=SessionRecord(
+                session_id="s1", user_id="u1", app_name="app", kind="team", metadata={"m": [1, "x"]}
+            ),
+            create_session=True,
+            writes=[
+                ScopeWrite(
+                    key=k,
+                    base_version=0,
+                    segments=[DeltaSegment(source="tool:a", ops=[setop("k", k.kind)])],
+                )
+                for k in (sk, uk, ak)
+            ],
+            events=[
+                NewEvent(type="run_started", data={"a": 1}, run_id="r1"),
+                NewEvent(type="state_delta", data={"b": [1, 2]}, run_id="r1"),
+            ],
+            run=RunRecord(session_id="s1", run_id="r1", agent_name="bot", input="hi"),
+            run_id="r1",
+            step=3,
+        )
+    )
     assert result.versions == {sk: 1, uk: 1, ak: 1}
     assert (result.first_seq, result.last_seq) == (1, 2) and result.committed_at >= t0
     record, versions = db.probe("s1", [sk, uk, ak])
     assert record is not None and versions == {sk: 1, uk: 1, ak: 1}
     assert (record.user_id, record.app_name, record.kind, record.metadata, record.last_seq) == (
-        "u1", "app", "team", {"m": [1, "x"]}, 2)
+        "u1",
+        "app",
+        "team",
+        {"m": [1, "x"]},
+        2,
+    )
     assert record.created_at == record.updated_at == result.committed_at
     assert {k: s.data for k, s in db.load_scopes([sk, uk, ak]).items()} == {
-        sk: {"k": "session"}, uk: {"k": "user"}, ak: {"k": "app"}}
+        sk: {"k": "session"},
+        uk: {"k": "user"},
+        ak: {"k": "app"},
+    }
     [delta] = db.read_deltas(sk)
     assert (delta.version, delta.session_id, delta.run_id, delta.step) == (1, "s1", "r1", 3)
     assert delta.segments[0].source == "tool:a" and delta.ops == [setop("k", "session")]
     assert db.read_deltas(uk)[0].session_id == "s1"
     events = db.read_events("s1")
     assert [(e.seq, e.type, e.data, e.run_id) for e in events] == [
-        (1, "run_started", {"a": 1}, "r1"), (2, "state_delta", {"b": [1, 2]}, "r1")]
+        (1, "run_started", {"a": 1}, "r1"),
+        (2, "state_delta", {"b": [1, 2]}, "r1"),
+    ]
     second = write(db, "s1", setop("k", 2), events=3)
     assert second.versions == {sk: 2} and (second.first_seq, second.last_seq) == (3, 5)
     again = db.get_session("s1")
@@ -154,9 +187,15 @@ def cas_conflict_raises_and_writes_nothing(h: Harness) -> None:
     stale = Commit(
         session=record,
         writes=[
-            ScopeWrite(key=sk, base_version=1, segments=[DeltaSegment(source="x", ops=[setop("a", 9)])],
-                       snapshot={"a": 9}),
-            ScopeWrite(key=uk, base_version=0, segments=[DeltaSegment(source="x", ops=[setop("b", 9)])]),
+            ScopeWrite(
+                key=sk,
+                base_version=1,
+                segments=[DeltaSegment(source="x", ops=[setop("a", 9)])],
+                snapshot={"a": 9},
+            ),
+            ScopeWrite(
+                key=uk, base_version=0, segments=[DeltaSegment(source="x", ops=[setop("b", 9)])]
+            ),
         ],
         events=[NewEvent(type="lost")],
         run=RunRecord(session_id="s1", run_id="r2", status="completed"),
@@ -180,6 +219,29 @@ def cas_conflict_raises_and_writes_nothing(h: Harness) -> None:
     assert db.get_session("ghost") is None and db.read_events("ghost") == []
 
 
+def _race_create(
+    db: BaseDb, n: int, sid: str, barrier: threading.Barrier, outcomes: list[str]
+) -> None:
+    commit = Commit(
+        session=SessionRecord(session_id=sid, user_id=f"u{n}"),
+        create_session=True,
+        writes=[
+            ScopeWrite(
+                key=S(sid),
+                base_version=0,
+                segments=[DeltaSegment(source="t", ops=[setop("who", n)])],
+            )
+        ],
+        events=[NewEvent(type="created", data={"n": n})],
+    )
+    barrier.wait()
+    try:
+        db.commit(commit)
+        outcomes.append(f"won {n}")
+    except VersionConflict:
+        outcomes.append("lost")
+
+
 @case
 def create_session_race_has_one_winner(h: Harness) -> None:
     handles = [h.db, h.reopen()]
@@ -188,21 +250,10 @@ def create_session_race_has_one_winner(h: Harness) -> None:
         barrier = threading.Barrier(len(handles))
         outcomes: list[str] = []
 
-        def create(db: BaseDb, n: int, sid: str = sid, barrier: threading.Barrier = barrier) -> None:
-            commit = Commit(
-                session=SessionRecord(session_id=sid, user_id=f"u{n}"), create_session=True,
-                writes=[ScopeWrite(key=S(sid), base_version=0,
-                                   segments=[DeltaSegment(source="t", ops=[setop("who", n)])])],
-                events=[NewEvent(type="created", data={"n": n})],
-            )
-            barrier.wait()
-            try:
-                db.commit(commit)
-                outcomes.append(f"won {n}")
-            except VersionConflict:
-                outcomes.append("lost")
-
-        threads = [threading.Thread(target=create, args=(db, n)) for n, db in enumerate(handles)]
+        threads = [
+            threading.Thread(target=_race_create, args=(db, n, sid, barrier, outcomes))
+            for n, db in enumerate(handles)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -236,204 +287,6 @@ def snapshot_then_deltas_replay(h: Harness) -> None:
 
 
 @case
-def events_paging(h: Harness) -> None:
-    db = h.db
-    write(db, "s1", events=10)
-    write(db, "other", events=2)
-
-    def seqs(**kw: Any) -> list[int]:
-        return [e.seq for e in db.read_events("s1", **kw)]
-
-    assert seqs() == list(range(1, 11))
-    assert seqs(after=3) == list(range(4, 11))
-    assert seqs(before=5) == [1, 2, 3, 4]
-    assert seqs(limit=3) == [8, 9, 10]
-    assert seqs(after=3, limit=2) == [4, 5]
-    assert seqs(before=8, limit=3) == [5, 6, 7]
-    assert seqs(after=2, before=6) == [3, 4, 5]
-    assert seqs(after=2, before=6, limit=2) == [3, 4]
-    assert seqs(limit=0) == [] and seqs(after=10) == []
-    db.commit(Commit(session=db.get_session("s1"),  # type: ignore[arg-type]
-                     events=[NewEvent(type="a"), NewEvent(type="b"), NewEvent(type="a")]))
-    assert seqs(types=["a"]) == [11, 13] and seqs(types=["a", "note"], limit=2) == [11, 13]
-    assert seqs(types=["a"], limit=1) == [13] and seqs(types=["nope"]) == []
-    assert [e.data for e in db.read_events("s1", after=9, limit=1)] == [{"i": 9}]
-
-
-@case
-def runs_upsert_order_and_filters(h: Harness) -> None:
-    db = h.db
-    write(db, "s1", run=RunRecord(session_id="s1", run_id="r1", agent_name="bot", input="hi"))
-    first = db.get_run("s1", "r1")
-    assert first is not None and first.status == "running" and first.input == "hi"
-    write(db, "s1", run=RunRecord(session_id="s1", run_id="r1", status="completed", content="done",
-                                  messages=[{"role": "user"}], metrics={"t": 1.5}))
-    done = db.get_run("s1", "r1")
-    assert done is not None
-    assert (done.status, done.content, done.messages, done.metrics) == (
-        "completed", "done", [{"role": "user"}], {"t": 1.5})
-    assert done.created_at == first.created_at and done.updated_at >= first.updated_at
-    assert (done.agent_name, done.input) == ("bot", "hi")
-    tie = time.time() + 100  # two runs created at the same instant keep insertion order
-    for run_id, status in (("r3", "failed"), ("r2", "completed")):
-        write(db, "s1", run=RunRecord(session_id="s1", run_id=run_id, status=status,  # type: ignore[arg-type]
-                                      created_at=tie, error="boom" if status == "failed" else None))
-    assert [r.run_id for r in db.read_runs("s1")] == ["r1", "r3", "r2"]
-    assert [r.run_id for r in db.read_runs("s1", limit=2)] == ["r3", "r2"]
-    assert [r.run_id for r in db.read_runs("s1", status="completed")] == ["r1", "r2"]
-    assert [r.run_id for r in db.read_runs("s1", status="completed", limit=1)] == ["r2"]
-    assert db.read_runs("s1", limit=0) == []
-    failed = db.get_run("s1", "r3")
-    assert failed is not None and failed.error == "boom" and failed.created_at == tie
-    assert db.get_run("s1", "nope") is None and db.get_run("other", "r1") is None
-
-
-@case
-def list_sessions_paging_and_filters(h: Harness) -> None:
-    db = h.db
-    for i in range(7):
-        write(db, f"s{i}", user_id="alice" if i % 2 else "bob", app_name="a" if i < 4 else "b")
-        time.sleep(0.002)
-    write(db, "s0", setop("x", 1))  # s0 is now the most recently updated
-    everyone = [s.session_id for s in db.list_sessions()]
-    assert everyone == ["s0", "s6", "s5", "s4", "s3", "s2", "s1"]
-    pages = [s.session_id for off in range(0, 7, 3) for s in db.list_sessions(limit=3, offset=off)]
-    assert pages == everyone
-    assert [s.session_id for s in db.list_sessions(user_id="alice")] == ["s5", "s3", "s1"]
-    assert [s.session_id for s in db.list_sessions(user_id="bob", limit=2, offset=1)] == ["s6", "s4"]
-    assert [s.session_id for s in db.list_sessions(app_name="a")] == ["s0", "s3", "s2", "s1"]
-    assert [s.session_id for s in db.list_sessions(user_id="alice", app_name="b")] == ["s5"]
-    assert db.list_sessions(user_id="nobody") == [] and db.list_sessions(offset=7) == []
-    assert db.list_sessions(limit=1)[0].last_seq == 2
-
-
-@case
-def delete_session_removes_everything_it_owns(h: Harness) -> None:
-    db, uk = h.db, ScopeKey("user", "u1")
-    write(db, "s1", setop("a", 1), run=RunRecord(session_id="s1", run_id="r1"))
-    write(db, "s1", setop("b", 1), snapshot={"a": 1, "b": 1})
-    write(db, "s1", setop("u", 1), key=uk)
-    write(db, "s2", setop("a", 2))
-    assert db.delete_session("s1") is True
-    assert db.get_session("s1") is None and db.read_events("s1") == []
-    assert db.read_runs("s1") == [] and db.read_deltas(S("s1")) == []
-    assert db.read_snapshot(S("s1"), 99) == (0, {})
-    assert db.load_scopes([S("s1")])[S("s1")].version == 0
-    assert state(db, uk) == {"u": 1}, "user: state is shared and outlives a session"
-    assert state(db, S("s2")) == {"a": 2} and db.delete_session("s1") is False
-    assert [s.session_id for s in db.list_sessions()] == ["s2"]
-    assert db.list_sessions(user_id="u1")[0].session_id == "s2"
-    try:
-        db.delete_session("")
-    except InvalidIdError:
-        pass
-    else:
-        raise AssertionError("delete_session('') must raise InvalidIdError")
-    write(db, "s1", setop("fresh", True))  # the id can be used again, from scratch
-    assert state(db, S("s1")) == {"fresh": True}
-
-
-@case
-def prune_sessions_by_age_and_user(h: Harness) -> None:
-    db = h.db
-    write(db, "old-a", user_id="a")
-    write(db, "old-b", user_id="b")
-    write(db, "old-a2", user_id="a")
-    time.sleep(0.05)
-    cutoff = datetime.fromtimestamp(time.time())
-    time.sleep(0.01)
-    write(db, "new-a", user_id="a")
-    assert db.prune_sessions(older_than=cutoff, user_id="a") == 2
-    assert sorted(s.session_id for s in db.list_sessions()) == ["new-a", "old-b"]
-    assert db.prune_sessions(older_than=timedelta(days=1)) == 0
-    assert db.prune_sessions(older_than=cutoff) == 1
-    assert db.read_events("old-b") == [] and db.prune_sessions(older_than=0) == 1
-
-
-@case
-def export_then_import_roundtrip(h: Harness) -> None:
-    db, k = h.db, S("s1")
-    write(db, "s1", setop("a", [1, {"b": None}]), run=RunRecord(session_id="s1", run_id="r1"))
-    write(db, "s1", {"op": "append", "path": ["a"], "value": "x"}, events=2,
-          run=RunRecord(session_id="s1", run_id="r1", status="completed", content="ok"))
-    write(db, "s1", setop("c", "é\u0000"), snapshot={"a": [1, {"b": None}, "x"], "c": "é\u0000"})
-    write(db, "s2", setop("other", 1))
-    lines = list(db.export_session("s1"))
-    assert [line["type"] for line in lines][:4] == ["session", "delta", "delta", "delta"]
-    other = h.new_db()
-    for session, deltas, events, runs in split_records(lines):
-        other.import_records(session, deltas, events, runs)
-    assert list(other.export_session("s1")) == lines
-    assert state(other, k) == state(db, k) == {"a": [1, {"b": None}, "x"], "c": "é\u0000"}
-    assert other.get_session("s2") is None
-    assert [s.session_id for s in other.list_sessions(user_id="u1")] == ["s1"]
-    # An imported session takes new commits like any other.
-    write(other, "s1", setop("after", 1))
-    assert other.read_events("s1")[-1].seq == db.get_session("s1").last_seq + 1  # type: ignore[union-attr]
-    try:
-        other.import_records(*next(split_records(lines)))
-    except StorageError as exc:
-        assert "s1" in str(exc)
-    else:
-        raise AssertionError("importing over an existing session must raise")
-
-
-@case
-def corrupt_records_fail_loudly_and_alone(h: Harness) -> None:
-    db, k = h.db, S("bad")
-    write(db, "bad", setop("a", 1), run=RunRecord(session_id="bad", run_id="r1"))
-    write(db, "bad", setop("b", 1), snapshot={"a": 1, "b": 1})
-    write(db, "bad", setop("c", 1))
-    write(db, "good", setop("a", 1), run=RunRecord(session_id="good", run_id="r1"))
-
-    def fails(fn: Callable[[], object], *needles: str) -> None:
-        try:
-            fn()
-        except CorruptRecordError as exc:
-            for needle in needles:
-                assert needle in str(exc), f"{needle!r} not in {exc}"
-        else:
-            raise AssertionError("reading a corrupt record must raise CorruptRecordError")
-
-    h.corrupt("delta", key=k, at=3)
-    fails(lambda: db.load_scopes([k]), "'bad'", "3")
-    fails(lambda: db.read_deltas(k), "'bad'")
-    assert [d.version for d in db.read_deltas(k, upto_version=2)] == [1, 2]
-    h.corrupt("snapshot", key=k, at=2)
-    fails(lambda: db.load_scopes([k]), "'bad'")
-    fails(lambda: db.read_snapshot(k, 2), "'bad'")
-    h.corrupt("event", session_id="bad", at=2)
-    fails(lambda: db.read_events("bad"), "'bad'")
-    assert [e.seq for e in db.read_events("bad", limit=1)] == [3]
-    try:
-        h.corrupt("run", session_id="bad", at="r1")
-    except NotImplementedError:
-        pass
-    else:
-        fails(lambda: db.read_runs("bad"), "'bad'")
-    assert state(db, S("good")) == {"a": 1} and len(db.read_events("good")) == 1
-    assert [r.run_id for r in db.read_runs("good")] == ["r1"]
-
-
-@case
-def awkward_ids_and_json_values(h: Harness) -> None:
-    db = h.db
-    value = {"z": 1, "a": [{}, [], None, True, 1.5, -0.25, 2**60, "\u0000\n\"'{}"], "é": {"b": 1, "a": 2}}
-    for sid in ("s:1{x}", "ünïcode 'q' \"dq\"", "a/b\\c%s?*[]"):
-        uk = ScopeKey("user", f"{sid}:user")
-        write(db, sid, setop("v", value), user_id=uk.id, app_name=f"{sid}:app")
-        write(db, sid, setop("u", value), key=uk, user_id=uk.id, snapshot={"u": value})
-        loaded = db.load_scopes([S(sid), uk])
-        assert loaded[S(sid)].data == {"v": value} and loaded[uk].data == {"u": value}
-        assert list(loaded[S(sid)].data["v"]) == ["z", "a", "é"], "key order must survive"
-        assert list(loaded[uk].data["u"]["é"]) == ["b", "a"]
-        assert db.read_snapshot(uk, 9) == (1, {"u": value})
-        assert [s.session_id for s in db.list_sessions(user_id=uk.id)] == [sid]
-        assert [s.session_id for s in db.list_sessions(app_name=f"{sid}:app")] == [sid]
-    assert db.delete_session("s:1{x}") and db.get_session("ünïcode 'q' \"dq\"") is not None
-
-
-@case
 def large_snapshot_roundtrip(h: Harness) -> None:
     db, k = h.db, S("big")
     big = {f"k{i}": "x" * 1000 + str(i) for i in range(3000)}  # ~3 MB
@@ -453,12 +306,32 @@ def concurrent_cas_writers_lose_nothing(h: Harness) -> None:
             for i in range(per_thread):
                 while True:
                     record, versions = db.probe("hot", [S("hot")])
+                    assert record is not None
                     try:
-                        db.commit(Commit(session=record, writes=[ScopeWrite(  # type: ignore[arg-type]
-                            key=S("hot"), base_version=versions[S("hot")],
-                            segments=[DeltaSegment(source=f"t{n}", ops=[
-                                {"op": "append", "path": ["items"], "value": f"{n}-{i}"}])])],
-                            events=[NewEvent(type="tick")]))
+                        db.commit(
+                            Commit(
+                                session=record,
+                                writes=[
+                                    ScopeWrite(
+                                        key=S("hot"),
+                                        base_version=versions[S("hot")],
+                                        segments=[
+                                            DeltaSegment(
+                                                source=f"t{n}",
+                                                ops=[
+                                                    {
+                                                        "op": "append",
+                                                        "path": ["items"],
+                                                        "value": f"{n}-{i}",
+                                                    }
+                                                ],
+                                            )
+                                        ],
+                                    )
+                                ],
+                                events=[NewEvent(type="tick")],
+                            )
+                        )
                         break
                     except VersionConflict:
                         continue
@@ -474,5 +347,6 @@ def concurrent_cas_writers_lose_nothing(h: Harness) -> None:
     total = per_thread * len(handles)
     loaded = h.db.load_scopes([S("hot")])[S("hot")]
     assert loaded.version == total + 1 and sorted(loaded.data["items"]) == sorted(
-        f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread))
+        f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread)
+    )
     assert [e.seq for e in h.db.read_events("hot")] == list(range(1, total + 2))

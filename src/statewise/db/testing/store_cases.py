@@ -3,6 +3,7 @@ CAS + rebase, release. These are what users rely on: no lost update, on every ba
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -80,10 +81,12 @@ def store_concurrent_appends_keep_every_item(h: Harness) -> None:
     handles = [h.db, h.db, h.reopen(), h.reopen()]
     per_thread = 12
     expected = ["seed"] + [f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread)]
-    _threads([
-        (lambda db=db, n=n: append_items(db, "shared", [f"{n}-{i}" for i in range(per_thread)]))
-        for n, db in enumerate(handles)
-    ])
+    _threads(
+        [
+            functools.partial(append_items, db, "shared", [f"{n}-{i}" for i in range(per_thread)])
+            for n, db in enumerate(handles)
+        ]
+    )
     items = stored_state(h.db, "shared")["items"]
     assert sorted(items) == sorted(expected), f"{len(items)} items, expected {len(expected)}"
     for n in range(len(handles)):  # each writer's items stay in its own order
@@ -95,7 +98,7 @@ def store_concurrent_appends_keep_every_item(h: Harness) -> None:
 def store_concurrent_sum_counters_reach_exact_total(h: Harness) -> None:
     add_to_counter(h.db, "counter", 1)
     handles = [h.db, h.reopen()]
-    _threads([(lambda db=db: add_to_counter(db, "counter", 25)) for db in handles])
+    _threads([functools.partial(add_to_counter, db, "counter", 25) for db in handles])
     assert stored_state(h.db, "counter")["n"] == 51
 
 

@@ -168,11 +168,16 @@ def test_async_primitives_and_url_resolution(pg_url: str, schema: str) -> None:
     from statewise.db.postgres import PostgresDb
     from statewise.db.url import db_from_url
 
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        existed = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'statewise'").fetchone()
     db = db_from_url(pg_url)
     try:
         assert isinstance(db, PostgresDb) and db.schema == "statewise"
     finally:
         db.close()
+        if not existed:  # leave the shared test database as we found it
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("DROP SCHEMA statewise CASCADE")
     with _db(pg_url, schema) as db:
         write(db, "s1", setop("a", 1))
         record, versions = asyncio.run(db.aprobe("s1", [ScopeKey("session", "s1")]))

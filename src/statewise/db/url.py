@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from importlib import import_module
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from statewise.db.base import BaseDb
 from statewise.exceptions import ConfigurationError
@@ -45,12 +46,23 @@ def db_from_url(url: str) -> BaseDb:
     if scheme in backends:
         module, cls, arg = backends[scheme]
         factory: Any = getattr(import_module(module), cls)
-        db: BaseDb = factory(**{arg: url})
+        url, options = _split_options(url, {"schema", "prefix"})
+        db: BaseDb = factory(**{arg: url}, **options)
         return db
     raise ConfigurationError(
         f"unknown database URL scheme {scheme!r} in {mask_password(url)!r}; use sqlite:///path, "
         f"memory://, postgresql://... or redis://..."
     )
+
+
+def _split_options(url: str, names: set[str]) -> tuple[str, dict[str, str]]:
+    """Take statewise's own query parameters (`?schema=` for PostgreSQL, `?prefix=` for
+    Redis) out of a URL, leaving the driver's own parameters in place."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options = {k: v for k, v in query if k in names}
+    rest = [(k, v) for k, v in query if k not in names]
+    return urlunsplit(parts._replace(query=urlencode(rest))), options
 
 
 def resolve_db(db: BaseDb | str | None) -> BaseDb:

@@ -1,0 +1,161 @@
+"""Backend throughput: one table, SQLite vs PostgreSQL vs Redis, side by side.
+
+    python bench/bench_backends.py            # 3 s per cell
+    python bench/bench_backends.py --quick    # 1 s per cell
+
+Runs per second of one-tool-call runs (the tool appends one item), with 1, 4 and 16
+concurrent worker *processes* (started once, reused for every cell), each worker on its
+own session ("distinct") or all on one session ("shared": every commit races the others
+and is rebased on a lost compare-and-swap; the final item count is checked). PostgreSQL
+and Redis are the local test servers (STATEWISE_TEST_POSTGRES_URL /
+STATEWISE_TEST_REDIS_URL); a backend that is not reachable is shown as skipped. A ✓ after a
+shared cell means the session holds exactly one item per run done (no lost update).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import uuid
+from multiprocessing.queues import Queue
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+POSTGRES_URL = os.environ.get(
+    "STATEWISE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("STATEWISE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+WORKER_COUNTS = (1, 4, 16)
+
+
+def add(session_state: dict[str, Any], item: str) -> str:
+    """Append one item."""
+    session_state["items"].append(item)
+    return "ok"
+
+
+def _model(messages: Any, info: Any) -> Any:
+    from statewise.models import ModelResponse, ToolCall
+
+    if messages[-1].role == "tool":
+        return ModelResponse(content="ok")
+    return ModelResponse(tool_calls=[ToolCall("add", {"item": messages[-1].content}, "c")])
+
+
+def _worker(tasks: Queue[Any], results: Queue[Any]) -> None:
+    from statewise import Agent
+    from statewise.models import FunctionModel
+
+    agents: dict[str, Any] = {}
+    while (task := tasks.get()) is not None:
+        url, session_id, start_at, duration = task
+        if url not in agents:
+            agents[url] = Agent(model=FunctionModel(_model), tools=[add], db=url,
+                                session_state={"items": []})
+        agent = agents[url]
+        while time.time() < start_at:
+            time.sleep(0.001)
+        runs, deadline = 0, start_at + duration
+        while time.time() < deadline:
+            agent.run(f"{os.getpid()}-{runs}", session_id=session_id)
+            runs += 1
+        results.put(runs)
+
+
+def _reachable(url: str) -> str | None:
+    from statewise.db import resolve_db
+
+    try:
+        resolve_db(url).close()
+    except Exception as exc:  # reported in the table
+        return str(exc).splitlines()[0][:60]
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 s per cell instead of 3")
+    args = parser.parse_args()
+    duration = 1.0 if args.quick else 3.0
+    tag = f"swbench_{uuid.uuid4().hex[:8]}"
+    backends = {
+        "SQLite": f"sqlite:///{tempfile.mkdtemp(prefix='swbench-')}/bench.db",
+        "PostgreSQL": f"{POSTGRES_URL}?schema={tag}",
+        "Redis": f"{REDIS_URL}?prefix={tag}",
+    }
+    skipped = {name: _reachable(url) for name, url in backends.items()}
+    ctx = mp.get_context("spawn")
+    tasks: Queue[Any] = ctx.Queue()
+    results: Queue[Any] = ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(tasks, results)) for _ in range(max(WORKER_COUNTS))]
+    for w in workers:
+        w.start()
+    table = Table(title=f"runs/second, one-tool-call runs, {duration:.0f} s per cell, "
+                        f"{os.cpu_count()} cores (worker processes)")
+    table.add_column("sessions")
+    table.add_column("workers", justify="right")
+    for name in backends:
+        table.add_column(name, justify="right")
+    try:
+        # Warm-up: every worker imports statewise and opens every backend once.
+        for name, url in backends.items():
+            if not skipped[name]:
+                for i in range(len(workers)):
+                    tasks.put((url, f"warmup-{i}", time.time(), 0.05))
+                for _ in workers:
+                    results.get()
+        for layout in ("distinct", "shared"):
+            for n in WORKER_COUNTS:
+                row = [layout, str(n)]
+                for name, url in backends.items():
+                    if skipped[name]:
+                        row.append(f"skipped ({skipped[name]})")
+                        continue
+                    start_at = time.time() + 1.0
+                    for i in range(n):
+                        session = "shared" if layout == "shared" else f"w{i}"
+                        tasks.put((url, f"{layout}-{n}-{session}", start_at, duration))
+                    total = sum(results.get() for _ in range(n))
+                    cell = f"{total / duration:,.0f}"
+                    if layout == "shared":
+                        cell += " ✓" if _items(url, f"{layout}-{n}-shared") == total else " LOST"
+                    row.append(cell)
+                table.add_row(*row)
+    finally:
+        for _ in workers:
+            tasks.put(None)
+        for w in workers:
+            w.join()
+        _cleanup(tag, skipped)
+    Console().print(table)
+
+
+def _items(url: str, session_id: str) -> int:
+    """How many items the shared session holds: every run's append must be there."""
+    from statewise import Agent
+
+    return len(Agent(db=url).get_session_state(session_id).get("items", []))
+
+
+def _cleanup(tag: str, skipped: dict[str, str | None]) -> None:
+    if not skipped["PostgreSQL"]:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
+    if not skipped["Redis"]:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        for key in client.scan_iter(f"{{{tag}}}*"):
+            client.delete(key)
+        client.close()
+
+
+if __name__ == "__main__":
+    main()

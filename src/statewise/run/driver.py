@@ -125,7 +125,14 @@ async def drive_run(
         else:
             history = await history_messages(store, spec.session_id, request.history_runs)
             async for event in run_steps(
-                rt, scope, ctx, [*history, user_message], metrics, result, stream=request.stream
+                rt,
+                scope,
+                ctx,
+                [*history, user_message],
+                metrics,
+                result,
+                stream=request.stream,
+                defer_final_commit=not rt.callbacks.after_agent,
             ):
                 yield event
         await finish_agent(rt, ctx, result, available)
@@ -140,13 +147,15 @@ async def drive_run(
         record.metrics = metrics.to_dict()
         changed = await scope.commit(
             [
+                *result.pending_events,
                 NewEvent(
                     type="run_completed",
                     run_id=run_id,
                     data={"content": result.content, "metrics": metrics.to_dict()},
-                )
+                ),
             ],
             run=record,
+            step=result.final_step,
             source="run_end",
         )
         if changed is not None:

@@ -46,6 +46,8 @@ class StepsResult:
     content: str | None = None
     messages: list[Message] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    pending_events: list[NewEvent] = field(default_factory=list)
+    final_step: int | None = None
 
 
 async def run_steps(
@@ -57,8 +59,12 @@ async def run_steps(
     result: StepsResult,
     *,
     stream: bool,
+    defer_final_commit: bool = False,
 ) -> AsyncIterator[RunEvent]:
     """Run model/tool steps until the model answers without tool calls.
+
+    With `defer_final_commit`, the last step's events are left in `result.pending_events`
+    for the caller's run-end commit instead of being committed on their own.
 
     `conversation` holds history and this run's user message; new messages are appended
     to `result.messages` as they happen.
@@ -162,6 +168,13 @@ async def run_steps(
                 is_error=is_error,
                 agent_name=rt.name,
             )
+        if not response.tool_calls and defer_final_commit:
+            # Nothing observable runs between this step and the run end: one commit
+            # (one fsync) serves both; the caller commits these events with the run end.
+            result.content = response.content
+            result.pending_events = events
+            result.final_step = step
+            return
         changed = await scope.commit(events, step=step, source="step")
         if changed is not None:
             yield changed

@@ -81,7 +81,9 @@ def test_function_steps_share_state_and_see_earlier_outputs() -> None:
         session_state["count"] += 10
         return StepOutput(content={"total": session_state["count"]})
 
-    wf = Workflow(name="w", steps=[first, Step(name="second", executor=second)], session_state={"count": 0})
+    wf = Workflow(
+        name="w", steps=[first, Step(name="second", executor=second)], session_state={"count": 0}
+    )
     out = wf.run("hello", session_id="s")
     assert seen == {"previous": "first saw hello", "by_name": "first saw hello"}
     assert out.content == {"total": 11}
@@ -97,7 +99,11 @@ def test_session_state_argument_merges_and_user_scope(tmp_path: Path) -> None:
     db = SqliteDb(db_file=str(tmp_path / "w.db"))
     wf = Workflow(name="w", db=db, steps=[note("a")], session_state={"prefs": {"x": 1}})
     wf.run("go", session_id="s1", user_id="u", session_state={"prefs": {"y": 2}, "user:seen": True})
-    assert wf.get_session_state("s1") == {"prefs": {"x": 1, "y": 2}, "trail": ["a"], "user:seen": True}
+    assert wf.get_session_state("s1") == {
+        "prefs": {"x": 1, "y": 2},
+        "trail": ["a"],
+        "user:seen": True,
+    }
     # Any agent on the same database reads the workflow's session by id.
     reader = Agent(db=SqliteDb(db_file=str(tmp_path / "w.db")))
     assert reader.get_session_state("s1")["trail"] == ["a"]
@@ -112,7 +118,9 @@ def test_agent_step_runs_on_workflow_state_with_instructions_and_output_key() ->
         instructions="Items now: {items}",
         output_key="adder_answer",
     )
-    wf = Workflow(name="w", steps=[Step(name="add", agent=agent), note("after")], session_state={"items": []})
+    wf = Workflow(
+        name="w", steps=[Step(name="add", agent=agent), note("after")], session_state={"items": []}
+    )
     out = wf.run("milk", session_id="s")
     # The tool wrote the workflow state and the instructions were rendered from it.
     assert out.step_outputs[0].content == 'adder done; Items now: ["milk"]'
@@ -220,7 +228,9 @@ def test_router_selects_by_name_step_list_and_bool() -> None:
 def test_router_unknown_name_fails_the_run_clearly() -> None:
     db = InMemoryDb()
     wf = Workflow(
-        name="w", db=db, steps=[note("a"), Router("r", selector=lambda: "nope", choices=[note("b")])]
+        name="w",
+        db=db,
+        steps=[note("a"), Router("r", selector=lambda: "nope", choices=[note("b")])],
     )
     with pytest.raises(RunError, match=r"Router 'r': the selector returned 'nope'.*'b'"):
         wf.run("x", session_id="s")

@@ -27,8 +27,9 @@ def add(session_state: dict[str, Any], item: str) -> str:
 
 
 def make_agent(db: SqliteDb, **kwargs: Any) -> Agent:
-    return Agent(model=FunctionModel(append_model), tools=[add], db=db,
-                 session_state={"items": []}, **kwargs)
+    return Agent(
+        model=FunctionModel(append_model), tools=[add], db=db, session_state={"items": []}, **kwargs
+    )
 
 
 WORKER = """
@@ -46,8 +47,11 @@ def test_two_processes_appending_to_one_session_lose_nothing(tmp_path: Path) -> 
     make_agent(SqliteDb(db_file=db_file)).run("seed", session_id="shared")
     root = Path(__file__).resolve().parents[2]
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, db_file, name, "200"], cwd=root,
-                         env=subprocess_env(PYTHONPATH=str(root / "src") + ":" + str(root)))
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, db_file, name, "200"],
+            cwd=root,
+            env=subprocess_env(PYTHONPATH=str(root / "src") + ":" + str(root)),
+        )
         for name in ("p1", "p2")
     ]
     for proc in procs:
@@ -93,8 +97,12 @@ def test_asyncio_tasks_appending_to_one_session_lose_nothing(tmp_path: Path) -> 
             return ModelResponse(content="ok")
         return ModelResponse(tool_calls=[ToolCall("slow_add", {"item": messages[-1].content}, "c")])
 
-    agent = Agent(model=FunctionModel(model), tools=[slow_add], session_state={"items": []},
-                  db=SqliteDb(db_file=tmp_path / "tasks.db"))
+    agent = Agent(
+        model=FunctionModel(model),
+        tools=[slow_add],
+        session_state={"items": []},
+        db=SqliteDb(db_file=tmp_path / "tasks.db"),
+    )
 
     async def main() -> None:
         await asyncio.gather(*(agent.arun(f"a{i}", session_id="shared") for i in range(40)))
@@ -112,12 +120,19 @@ def test_concurrent_counters_with_a_sum_rule_reach_the_exact_total(tmp_path: Pat
     def model(messages: list[Message], info: RequestInfo) -> ModelResponse:
         if messages[-1].role == "tool":
             return ModelResponse(content="ok")
-        return ModelResponse(tool_calls=[ToolCall("bump", {"by": int(messages[-1].content or 0)}, "c")])
+        return ModelResponse(
+            tool_calls=[ToolCall("bump", {"by": int(messages[-1].content or 0)}, "c")]
+        )
 
     db = SqliteDb(db_file=tmp_path / "counter.db")
     agents = [
-        Agent(model=FunctionModel(model), tools=[bump], db=db, session_state={"count": 0},
-              state_rules={"count": "sum"})
+        Agent(
+            model=FunctionModel(model),
+            tools=[bump],
+            db=db,
+            session_state={"count": 0},
+            state_rules={"count": "sum"},
+        )
         for _ in range(2)
     ]
     agents[0].run("0", session_id="c")
@@ -126,7 +141,9 @@ def test_concurrent_counters_with_a_sum_rule_reach_the_exact_total(tmp_path: Pat
         for _ in range(30):
             agent.run(str(by), session_id="c")
 
-    threads = [threading.Thread(target=worker, args=(a, by)) for a, by in zip(agents, (1, 10), strict=True)]
+    threads = [
+        threading.Thread(target=worker, args=(a, by)) for a, by in zip(agents, (1, 10), strict=True)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -13,7 +13,7 @@ from statewise.db.memory import InMemoryDb
 from statewise.db.sqlite import SqliteDb
 from statewise.db.url import db_from_url, resolve_db
 
-__all__ = ["BaseDb", "InMemoryDb", "PostgresDb", "RedisDb", "SqliteDb", "db_from_url", "resolve_db"]
+__all__ = ["BaseDb", "InMemoryDb", "SqliteDb", "db_from_url", "resolve_db"]
 
 _LAZY = {"PostgresDb": "statewise.db.postgres", "RedisDb": "statewise.db.redis"}
 

@@ -173,7 +173,7 @@ class _Rebase:
         theirs = _get(self.doc, path)
         if isinstance(rule, str):
             if not forced and _same(theirs, ours):
-                self.write(path, base, ours)
+                self.write(path, theirs, ours)
                 return
             if rule == "strict":
                 raise StateConflictError(format_path(path), theirs, ours)
@@ -183,7 +183,9 @@ class _Rebase:
             resolved = rule(base, theirs, ours)
             if resolved is not MISSING:
                 resolved = to_json_value(resolved, path)
-        if not self.write(path, base, resolved):
+        # The applied op is based on the value it was rebased onto, so rebasing it again
+        # (when the commit loses another race) does not count the other writers twice.
+        if not self.write(path, theirs, resolved):
             resolved = theirs
         if forced or not _same(theirs, resolved) or not isinstance(rule, str):
             self.result.conflicts.append(

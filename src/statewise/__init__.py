@@ -9,20 +9,37 @@ from statewise.run.events import (
     RunEvent,
     RunStarted,
     StateChanged,
+    StepCompleted,
+    StepStarted,
     ToolCallCompleted,
     ToolCallStarted,
 )
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.state.schema import Reducer, Secret
+from statewise.team import Team
 from statewise.tools import Function, Toolkit, tool
+from statewise.workflow import (
+    Condition,
+    Loop,
+    Parallel,
+    Router,
+    Step,
+    StepInput,
+    StepOutput,
+    Workflow,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "Condition",
     "ContentDelta",
     "Function",
+    "Loop",
+    "Parallel",
     "Reducer",
+    "Router",
     "RunCompleted",
     "RunContext",
     "RunEvent",
@@ -31,9 +48,16 @@ __all__ = [
     "RunStarted",
     "Secret",
     "StateChanged",
+    "Step",
+    "StepCompleted",
+    "StepInput",
+    "StepOutput",
+    "StepStarted",
+    "Team",
     "ToolCallCompleted",
     "ToolCallStarted",
     "Toolkit",
+    "Workflow",
     "__version__",
     "tool",
 ]

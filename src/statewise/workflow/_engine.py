@@ -1,0 +1,161 @@
+"""How steps run: one `Executor` per line of execution (the run, or one parallel branch).
+
+A workflow step is the workflow's commit point. Agents and teams inside a step commit
+through a `StepScope`, which holds their events and leaves their ops in the recorder until
+the step completes; the workflow then commits everything the step did in one commit,
+together with a `step_completed` event holding its output. So a crash in the middle of a
+step leaves no part of it in the database, and resuming re-runs exactly that step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from statewise.db.records import NewEvent, RunRecord
+from statewise.db.store import WorkingState
+from statewise.run.context import RunContext
+from statewise.run.events import RunEvent, StateChanged
+from statewise.run.scope import RunScope
+from statewise.state.tracked import Recorder, to_plain, track
+from statewise.team import SCOPE_KEY
+from statewise.workflow.types import StepInput, StepOutput
+
+if TYPE_CHECKING:
+    from statewise.workflow.workflow import Workflow
+
+
+class StepLike(Protocol):
+    name: str
+
+    def execute(self, ex: Executor) -> AsyncIterator[RunEvent | StepOutput]: ...
+
+
+@dataclass(kw_only=True, eq=False)
+class StepScope(RunScope):
+    """A run scope whose commits wait for the end of the workflow step.
+
+    `commit` (what an agent's loop calls after each of its model steps) only marks where
+    that step's ops end and keeps its events; `flush` persists everything at once.
+    """
+
+    pending: list[NewEvent] = field(default_factory=list)
+
+    async def commit(
+        self,
+        events: Sequence[NewEvent] = (),
+        *,
+        run: RunRecord | None = None,
+        step: int | None = None,
+        source: str = "unattributed",
+    ) -> StateChanged | None:
+        self.working.mark(source)
+        self.pending.extend(events)
+        return None
+
+    async def flush(
+        self,
+        events: Sequence[NewEvent] = (),
+        *,
+        run: RunRecord | None = None,
+        step: int | None = None,
+        source: str = "unattributed",
+    ) -> StateChanged | None:
+        all_events = [*self.pending, *events]
+        self.pending = []
+        return await RunScope.commit(self, all_events, run=run, step=step, source=source)
+
+
+@dataclass(kw_only=True, eq=False)
+class Executor:
+    """Runs steps on one view of the state and keeps what they produced."""
+
+    workflow: Workflow
+    input: Any
+    ctx: RunContext
+    scope: StepScope
+    stream: bool = False
+    outputs: dict[str, StepOutput] = field(default_factory=dict)
+    previous: Any = None
+    stopped: bool = False
+
+    @property
+    def message(self) -> str:
+        """The user message an agent or team step receives: the workflow's input."""
+        return self.input if isinstance(self.input, str) else str(self.input)
+
+    def step_input(self) -> StepInput:
+        return StepInput(
+            input=self.input,
+            previous_step_content=self.previous,
+            previous_step_outputs=dict(self.outputs),
+        )
+
+    def available(self, step_input: StepInput, **extra: Any) -> dict[str, Any]:
+        """What evaluators, selectors, end conditions and function steps may ask for."""
+        return {
+            "step_input": step_input,
+            "run_context": self.ctx,
+            "session_state": self.ctx.session_state,
+            "workflow": self.workflow,
+            **extra,
+        }
+
+    def record(self, output: StepOutput) -> None:
+        if output.step_name:
+            self.outputs[output.step_name] = output
+        if not output.skipped:
+            self.previous = output.content
+        if output.stop:
+            self.stopped = True
+
+    def restore(self, output: StepOutput) -> None:
+        """Record a step completed by an earlier attempt of this run (resume)."""
+        for item in output.walk():
+            if item.step_name:
+                self.outputs[item.step_name] = item
+        self.record(output)
+
+    async def run_sequence(self, steps: Sequence[StepLike]) -> AsyncIterator[RunEvent | StepOutput]:
+        """Run steps in order, yielding their events and then each one's output; stops
+        after a step that asked the workflow to stop."""
+        for step in steps:
+            async for item in step.execute(self):
+                yield item
+            if self.stopped:
+                return
+
+    def branch(self) -> Executor:
+        """A new line of execution on its own copy of the current state (Parallel)."""
+        parent = self.scope.working
+        recorder = Recorder()
+        data = {k: to_plain(v) for k, v in dict.items(parent.root)}
+        working = WorkingState(
+            spec=parent.spec,
+            record=parent.record,
+            versions=dict(parent.versions),
+            root=track(data, recorder),
+            recorder=recorder,
+        )
+        scope = StepScope(store=self.scope.store, working=working, run_id=self.scope.run_id)
+        metadata: dict[str, Any] = {**self.ctx.metadata, SCOPE_KEY: scope}
+        ctx = RunContext(
+            run_id=self.ctx.run_id,
+            session_id=self.ctx.session_id,
+            user_id=self.ctx.user_id,
+            agent=self.ctx.agent,
+            agent_name=self.ctx.agent_name,
+            metadata=metadata,
+            _working=working,
+            _store=self.ctx._store,
+        )
+        return Executor(
+            workflow=self.workflow,
+            input=self.input,
+            ctx=ctx,
+            scope=scope,
+            stream=self.stream,
+            outputs=dict(self.outputs),
+            previous=self.previous,
+        )

@@ -1,0 +1,551 @@
+"""The Workflow: steps (agents, teams, functions, and blocks of them) sharing one session
+state, committed step by step and resumable after a crash.
+
+Sessions work as for an Agent: `session_state` is the template for new sessions, a run's
+`session_state=` merges into the stored state (or replaces it with
+`overwrite_db_session_state=True`), `user:`/`app:`/`temp:` scopes apply, and any Agent on
+the same database can read the session by id.
+
+Commit points: run start (input, default state), **every completed top-level step** (all
+its state writes, the events of the agents inside it, and a `step_completed` event with
+its output, in one commit), run end. `resume(run_id)` continues a failed or killed run
+after its last completed step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast, overload
+
+from rich.console import Console
+from rich.text import Text
+
+from statewise.agent.printing import aprint_run, print_run
+from statewise.agent.state_api import SessionStateAPI
+from statewise.agent.timetravel import TimeTravel
+from statewise.db.base import BaseDb, validate_id
+from statewise.db.records import NewEvent, RunRecord
+from statewise.db.store import SessionSpec, StateStore, new_id
+from statewise.db.url import resolve_db
+from statewise.exceptions import ConfigurationError, RunError
+from statewise.models.messages import Message
+from statewise.run.context import RunContext
+from statewise.run.driver import deep_merge, initialize_state
+from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
+from statewise.run.output import RunMetrics, RunOutput
+from statewise.run.sync import iterate_sync, run_sync
+from statewise.state.jsonvalue import to_json_value
+from statewise.state.merge import Rules
+from statewise.state.reducers import Rule
+from statewise.state.schema import StateSchema
+from statewise.team import SCOPE_KEY
+from statewise.workflow._engine import Executor, StepLike, StepScope
+from statewise.workflow.steps import StepSpec, normalize_steps
+from statewise.workflow.types import StepOutput, _json_or_text
+
+
+@dataclass(kw_only=True, eq=False)
+class WorkflowRunOutput(RunOutput):
+    """A workflow run's result: `content` is the last step's content; `step_outputs`
+    holds every top-level step's output in order."""
+
+    step_outputs: list[StepOutput] = field(default_factory=list)
+
+    def get_step_content(self, name: str) -> Any:
+        for top in self.step_outputs:
+            for item in top.walk():
+                if item.step_name == name:
+                    return item.content
+        return None
+
+
+@dataclass(kw_only=True, eq=False)
+class _Resume:
+    record: RunRecord
+    input: Any
+    done: dict[int, StepOutput]
+
+
+@dataclass(kw_only=True, eq=False)
+class _Request:
+    input: Any
+    spec: SessionSpec
+    session_state: Mapping[str, Any] | None
+    stream: bool
+    resume: _Resume | None = None
+
+
+RESUMABLE = ("failed", "running")
+
+
+class Workflow(TimeTravel):
+    """Steps run in order on one persisted session state.
+
+    `steps` takes Step, Condition, Router, Loop and Parallel blocks, Agents, Teams and
+    functions (which get `step_input` and, by name, `run_context`).
+    """
+
+    _kind = "workflow"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        steps: Sequence[StepSpec],
+        description: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        db: BaseDb | str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        overwrite_db_session_state: bool = False,
+        state_schema: type | None = None,
+        state_rules: Mapping[str, Rule] | None = None,
+        secret_keys: Sequence[str] | None = None,
+        markdown: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.steps: list[StepLike] = normalize_steps(steps, "steps")
+        if not self.steps:
+            raise ConfigurationError("a Workflow needs at least one step")
+        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
+        defaults = dict(self.schema.defaults()) if self.schema else {}
+        defaults.update(to_json_value(dict(session_state or {}), ()))
+        self.session_state: dict[str, Any] = defaults
+        self.db: BaseDb = resolve_db(db)
+        self.session_id = validate_id(session_id) if session_id is not None else None
+        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
+        self.app_name = app_name or name or "default"
+        self.overwrite_db_session_state = overwrite_db_session_state
+        self.markdown = markdown
+        rules = Rules(state_rules or {})
+        if self.schema is not None:
+            rules = Rules(self.schema.rules()).merged(rules)
+        self._store = StateStore(
+            self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
+        )
+
+    def __repr__(self) -> str:
+        return f"Workflow(name={self.name!r}, steps={[s.name for s in self.steps]!r})"
+
+    # ---- sessions (the same semantics and API as Agent) ---------------------------------
+
+    def _default_state(self) -> dict[str, Any]:
+        return self.session_state
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        if session_id is None:
+            if self.session_id is None:
+                self.session_id = str(uuid.uuid4())
+            session_id = self.session_id
+        validate_id(session_id)
+        if user_id is not None:
+            validate_id(user_id, "user_id")
+        return SessionSpec(
+            session_id=session_id,
+            user_id=user_id if user_id is not None else self.user_id,
+            app_name=self.app_name,
+            kind=self._kind,
+        )
+
+    @property
+    def state(self) -> SessionStateAPI:
+        """The current session's state, read and written outside a run."""
+        return SessionStateAPI(cast(Any, self))
+
+    def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
+        """A copy of a session's state (the current session's by default)."""
+        return SessionStateAPI(cast(Any, self), session_id).get_all()
+
+    def update_session_state(
+        self, updates: Mapping[str, Any], session_id: str | None = None
+    ) -> dict[str, Any]:
+        api = SessionStateAPI(cast(Any, self), session_id)
+        api._write("api:update_session_state", lambda s: deep_merge(s, updates))
+        return api.get_all()
+
+    def delete_session(self, session_id: str) -> bool:
+        return self.db.delete_session(session_id)
+
+    # ---- runs -----------------------------------------------------------------------------
+
+    def _request(
+        self,
+        input: Any,
+        session_id: str | None,
+        user_id: str | None,
+        session_state: Mapping[str, Any] | None,
+        stream: bool,
+        resume: bool | str,
+    ) -> _Request:
+        spec = self._spec(session_id, user_id)
+        self.session_id = spec.session_id
+        if user_id is not None:
+            self.user_id = user_id
+        plan = None
+        if isinstance(resume, str):
+            plan = self._resume_plan(spec.session_id, resume)
+        elif resume:
+            record = self._unfinished_run(spec.session_id)
+            if record is not None:
+                plan = self._resume_plan(spec.session_id, record.run_id)
+        if plan is not None:
+            input = plan.input
+        elif input is None:
+            raise ConfigurationError("Workflow.run needs input=...")
+        return _Request(
+            input=input,
+            spec=spec,
+            session_state=session_state,
+            stream=stream,
+            resume=plan,
+        )
+
+    def _unfinished_run(self, session_id: str) -> RunRecord | None:
+        """This workflow's latest run of the session, if it did not complete."""
+        runs = [r for r in self.db.read_runs(session_id) if r.agent_name == self.name]
+        if runs and runs[-1].status in RESUMABLE:
+            return runs[-1]
+        return None
+
+    def _resume_plan(self, session_id: str, run_id: str) -> _Resume:
+        record = self.db.get_run(session_id, run_id)
+        if record is None:
+            raise RunError(f"no run {run_id!r} in session {session_id!r}")
+        if record.status not in RESUMABLE:
+            raise RunError(
+                f"run {run_id!r} is {record.status}; only a failed or killed run resumes"
+            )
+        events = [
+            e
+            for e in self.db.read_events(session_id, types=["run_started", "step_completed"])
+            if e.run_id == run_id
+        ]
+        input: Any = record.input
+        done: dict[int, StepOutput] = {}
+        for event in events:
+            if event.type == "run_started" and "input" in event.data:
+                input = event.data["input"]
+            elif event.type == "step_completed":
+                index, step_name = event.data["index"], event.data["name"]
+                if index >= len(self.steps) or self.steps[index].name != step_name:
+                    raise RunError(
+                        f"cannot resume run {run_id!r}: its step {index} was {step_name!r}, "
+                        f"but this workflow's steps are {[s.name for s in self.steps]}"
+                    )
+                done[index] = StepOutput.from_json(event.data["output"])
+        return _Resume(record=record, input=input, done=done)
+
+    async def _events(self, request: _Request) -> AsyncIterator[RunEvent]:
+        store = self._store
+        started = time.perf_counter()
+        working = await store.db._run_async(store.checkout, request.spec)
+        spec = working.spec
+        plan = request.resume
+        run_id = plan.record.run_id if plan else new_id()
+        scope = StepScope(store=store, working=working, run_id=run_id)
+        ctx = RunContext(
+            run_id=run_id,
+            session_id=spec.session_id,
+            user_id=spec.user_id,
+            agent=self,
+            agent_name=self.name,
+            metadata={SCOPE_KEY: scope},
+            _working=working,
+            _store=store,
+        )
+        ex = Executor(
+            workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
+        )
+        text = request.input if isinstance(request.input, str) else str(request.input)
+        if plan is not None:
+            record = plan.record
+            record.status, record.error = "running", None
+        else:
+            record = RunRecord(
+                session_id=spec.session_id, run_id=run_id, agent_name=self.name, input=text
+            )
+        outputs: list[StepOutput] = []
+        keep = True
+        try:
+            initialize_state(
+                working,
+                self._default_state(),
+                request.session_state,
+                self.overwrite_db_session_state,
+            )
+            yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=self.name)
+            if plan is not None:
+                for index in sorted(plan.done):
+                    ex.restore(plan.done[index])
+                    outputs.append(plan.done[index])
+                events = [
+                    NewEvent(
+                        type="run_resumed",
+                        run_id=run_id,
+                        data={"workflow": self.name, "completed_steps": sorted(plan.done)},
+                    )
+                ]
+            else:
+                events = [
+                    NewEvent(
+                        type="run_started",
+                        run_id=run_id,
+                        data={
+                            "workflow": self.name,
+                            "kind": "workflow",
+                            "input": _json_or_text(request.input),
+                        },
+                    ),
+                    NewEvent(type="user_input", run_id=run_id, data={"content": text}),
+                ]
+            changed = await scope.flush(events, run=record, step=0, source="run_start")
+            if changed is not None:
+                yield changed
+            for index, step in enumerate(self.steps):
+                if ex.stopped:
+                    break
+                if plan is not None and index in plan.done:
+                    continue
+                output: StepOutput | None = None
+                async for item in step.execute(ex):
+                    if isinstance(item, StepOutput):
+                        output = item
+                    else:
+                        yield item
+                assert output is not None, f"step {step.name!r} produced no output"
+                outputs.append(output)
+                changed = await scope.flush(
+                    [
+                        NewEvent(
+                            type="step_completed",
+                            run_id=run_id,
+                            data={"index": index, "name": step.name, "output": output.to_json()},
+                        )
+                    ],
+                    step=index + 1,
+                    source=f"step:{step.name}",
+                )
+                if changed is not None:
+                    yield changed
+            content = ex.previous
+            metrics = RunMetrics(duration=time.perf_counter() - started)
+            messages = [
+                Message(role="user", content=text),
+                Message(role="assistant", content=None if content is None else str(content)),
+            ]
+            record.status = "completed"
+            record.content = None if content is None else str(content)
+            record.messages = [m.to_dict() for m in messages]
+            record.metrics = metrics.to_dict()
+            changed = await scope.flush(
+                [
+                    NewEvent(
+                        type="run_completed",
+                        run_id=run_id,
+                        data={"content": _json_or_text(content), "metrics": metrics.to_dict()},
+                    )
+                ],
+                run=record,
+                source="run_end",
+            )
+            if changed is not None:
+                yield changed
+            yield RunCompleted(
+                output=WorkflowRunOutput(
+                    content=content,
+                    run_id=run_id,
+                    session_id=spec.session_id,
+                    user_id=spec.user_id,
+                    messages=messages,
+                    metrics=metrics,
+                    agent_name=self.name,
+                    conflicts=scope.conflicts,
+                    state_loader=store.state_loader(working),
+                    step_outputs=outputs,
+                )
+            )
+        except BaseException as exc:
+            keep = False
+            working.discard_uncommitted()
+            scope.pending.clear()
+            if working.record is not None:
+                record.status = "failed"
+                record.error = f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(Exception):
+                    await scope.flush(
+                        [NewEvent(type="run_failed", run_id=run_id, data={"error": record.error})],
+                        run=record,
+                        source="run_failed",
+                    )
+                exc.add_note(
+                    f"workflow run {run_id!r} of session {spec.session_id!r} failed after "
+                    f"{len(outputs)} completed step(s); continue it with "
+                    f"workflow.resume({run_id!r}, session_id={spec.session_id!r})"
+                )
+            raise
+        finally:
+            store.release(working, keep=keep)
+
+    @overload
+    async def arun(
+        self,
+        input: Any = ...,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+        resume: bool = ...,
+    ) -> WorkflowRunOutput: ...
+    @overload
+    async def arun(
+        self,
+        input: Any = ...,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+        resume: bool = ...,
+    ) -> AsyncIterator[RunEvent]: ...
+
+    async def arun(
+        self,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        resume: bool = False,
+    ) -> WorkflowRunOutput | AsyncIterator[RunEvent]:
+        """Run the workflow once. With `resume=True`, a failed or killed run of this
+        session is continued instead (after its last completed step), if there is one."""
+        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        if stream:
+            return self._events(request)
+        return await _final_output(self._events(request))
+
+    @overload
+    def run(
+        self,
+        input: Any = ...,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[False] = ...,
+        resume: bool = ...,
+    ) -> WorkflowRunOutput: ...
+    @overload
+    def run(
+        self,
+        input: Any = ...,
+        *,
+        session_id: str | None = ...,
+        user_id: str | None = ...,
+        session_state: Mapping[str, Any] | None = ...,
+        stream: Literal[True],
+        resume: bool = ...,
+    ) -> Iterator[RunEvent]: ...
+
+    def run(
+        self,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        resume: bool = False,
+    ) -> WorkflowRunOutput | Iterator[RunEvent]:
+        """Run the workflow once on a session; works inside a running event loop too."""
+        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        if stream:
+            return iterate_sync(self._events(request))
+        return run_sync(_final_output(self._events(request)))
+
+    def resume(self, run_id: str, session_id: str | None = None) -> WorkflowRunOutput:
+        """Continue a failed or killed run after its last completed step; completed steps
+        are not run again. Resume a run only once the process that ran it is gone."""
+        request = self._request(None, session_id, None, None, False, run_id)
+        return run_sync(_final_output(self._events(request)))
+
+    async def aresume(self, run_id: str, session_id: str | None = None) -> WorkflowRunOutput:
+        request = self._request(None, session_id, None, None, False, run_id)
+        return await _final_output(self._events(request))
+
+    def print_response(
+        self,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        show_tool_calls: bool = True,
+        resume: bool = False,
+    ) -> WorkflowRunOutput:
+        """Run and print the exchange, with a line per step."""
+        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        output = print_run(
+            _announce_steps(iterate_sync(self._events(request))),
+            input=str(request.input),
+            markdown=self.markdown,
+            stream=stream,
+            show_tool_calls=show_tool_calls,
+        )
+        return cast(WorkflowRunOutput, output)
+
+    async def aprint_response(
+        self,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        show_tool_calls: bool = True,
+        resume: bool = False,
+    ) -> WorkflowRunOutput:
+        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        output = await aprint_run(
+            _aannounce_steps(self._events(request)),
+            input=str(request.input),
+            markdown=self.markdown,
+            stream=stream,
+            show_tool_calls=show_tool_calls,
+        )
+        return cast(WorkflowRunOutput, output)
+
+
+_console = Console()
+
+
+def _announce_steps(events: Iterator[RunEvent]) -> Iterator[RunEvent]:
+    for event in events:
+        if isinstance(event, StepStarted):
+            _console.print(Text(f"▸ {event.step_name}", style="bold magenta"))
+        yield event
+
+
+async def _aannounce_steps(events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    async for event in events:
+        if isinstance(event, StepStarted):
+            _console.print(Text(f"▸ {event.step_name}", style="bold magenta"))
+        yield event
+
+
+async def _final_output(events: AsyncIterator[RunEvent]) -> WorkflowRunOutput:
+    output = None
+    async for event in events:
+        if isinstance(event, RunCompleted):
+            output = event.output
+    assert isinstance(output, WorkflowRunOutput), "a workflow run ends with RunCompleted"
+    return output

@@ -64,6 +64,30 @@ def redact_changes(
     return out
 
 
+def refine_list_changes(changes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A list that changed shows as per-index changes (appended items as `added`, dropped
+    tail items as `removed`) instead of one whole-list change, when that reads better."""
+    out: list[dict[str, Any]] = []
+    for change in changes:
+        before, after = change.get("before"), change.get("after")
+        if change.get("kind") != "changed" or not (
+            isinstance(before, list) and isinstance(after, list)
+        ):
+            out.append(dict(change))
+            continue
+        path = list(change.get("path") or [])
+        for i in range(max(len(before), len(after))):
+            if i >= len(before):
+                out.append({"path": [*path, i], "kind": "added", "after": after[i]})
+            elif i >= len(after):
+                out.append({"path": [*path, i], "kind": "removed", "before": before[i]})
+            elif before[i] != after[i]:
+                out.append(
+                    {"path": [*path, i], "kind": "changed", "before": before[i], "after": after[i]}
+                )
+    return out
+
+
 def redact_export_line(line: dict[str, Any], secret_keys: frozenset[str]) -> dict[str, Any]:
     if line.get("type") == "delta" and line.get("scope") == "session":
         line = {

@@ -35,6 +35,7 @@ from statewise.server._serialize import (
     redact_export_line,
     redact_ops,
     redact_state,
+    refine_list_changes,
 )
 
 router = APIRouter(tags=["sessions"])
@@ -113,6 +114,13 @@ def _run_summary(run: RunRecord) -> dict[str, Any]:
         "content": jsonable(run.content),
         "error": run.error,
         "metrics": run.metrics,
+        "tool_calls": [
+            {"name": call.get("name"), "arguments": jsonable(call.get("arguments"))}
+            for message in run.messages
+            if isinstance(message, dict)
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict)
+        ],
         "created_at": run.created_at,
         "updated_at": run.updated_at,
     }
@@ -349,7 +357,7 @@ def get_diff(
         "run": run,
         "from": start,
         "to": end,
-        "changes": jsonable(redact_changes(changes, served.secret_keys)),
+        "changes": jsonable(refine_list_changes(redact_changes(changes, served.secret_keys))),
     }
 
 

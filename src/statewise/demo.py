@@ -14,6 +14,7 @@ from typing import Any
 
 from statewise.agent.agent import Agent
 from statewise.db.sqlite import SqliteDb
+from statewise.models.base import Model
 from statewise.models.function import FunctionModel
 from statewise.models.messages import Message, ModelResponse, RequestInfo, ToolCall
 
@@ -104,10 +105,13 @@ def shopping_list_model(messages: list[Message], info: RequestInfo) -> ModelResp
     return ModelResponse(tool_calls=calls)
 
 
-def shopping_agent(db_file: str = "tmp/statewise_demo.db", **kwargs: Any) -> Agent:
+def shopping_agent(
+    db_file: str = "tmp/statewise_demo.db", model: Model | str | None = None, **kwargs: Any
+) -> Agent:
+    """The demo agent; pass `model="openai:gpt-4o-mini"` (or any model) for a real LLM."""
     return Agent(
         name="shopping-list",
-        model=FunctionModel(shopping_list_model, id="shopping-list-player"),
+        model=model or FunctionModel(shopping_list_model, id="shopping-list-player"),
         db=SqliteDb(db_file=db_file),
         session_state={"shopping_list": []},
         tools=[add_item, remove_item, list_items],

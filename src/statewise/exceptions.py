@@ -23,6 +23,8 @@
     │   │   ├── ModelRateLimitError
     │   │   └── ContextLengthExceededError
     │   ├── MalformedResponseError    the provider's answer does not parse
+    │   ├── CassetteMismatchError     a strict ReplayModel got a request it did not record
+    │   ├── CassetteExhaustedError    a ReplayModel ran out of recorded exchanges
     │   └── ModelRequestsDisabledError real requests were switched off (tests)
     └── RunError                      a run cannot go on (no model, step limit, ...)
         └── UnknownToolError
@@ -159,6 +161,14 @@ class ContextLengthExceededError(ModelHTTPError):
 
 class MalformedResponseError(ModelError):
     """The provider's answer does not parse."""
+
+
+class CassetteMismatchError(ModelError):
+    """A strict `ReplayModel` got a request that differs from the recorded one."""
+
+
+class CassetteExhaustedError(ModelError):
+    """A `ReplayModel` was asked for more exchanges than its cassette holds."""
 
 
 class ModelRequestsDisabledError(ModelError):

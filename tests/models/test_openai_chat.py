@@ -303,3 +303,11 @@ async def test_requests_disabled_before_any_io(fake: FakeServer) -> None:
     with pytest.raises(ModelRequestsDisabledError):
         [c async for c in model.request_stream(HISTORY[:2], RequestInfo())]
     assert fake.received == []
+
+
+async def test_refusal_becomes_content(model: OpenAIChat, fake: FakeServer) -> None:
+    reply = wire.completion(None)
+    reply.json["choices"][0]["message"]["refusal"] = "I can't help with that."
+    fake.enqueue(reply)
+    response = await model.request(HISTORY[:2], RequestInfo())
+    assert response.content == "I can't help with that."

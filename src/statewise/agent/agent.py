@@ -31,7 +31,8 @@ from statewise.run.output import RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rule, Rules
+from statewise.state.merge import Rules
+from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
 from statewise.tools import normalize_tools
 from statewise.tools.function import Function
@@ -173,6 +174,11 @@ class Agent(TimeTravel):
         api = SessionStateAPI(self, session_id)
         api._write("api:update_session_state", lambda s: deep_merge(s, updates))
         return api.get_all()
+
+    def use_db(self, db: BaseDb | str) -> None:
+        """Keep sessions in another database (an object or a URL) from now on."""
+        self.db = resolve_db(db)
+        self._store = self._store.on(self.db)
 
     def delete_session(self, session_id: str) -> bool:
         return self.db.delete_session(session_id)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from statewise.db.store import visible_state
 from statewise.run.context import RunContext
 from statewise.state.secrets import redact
 from statewise.state.template import render_template
@@ -63,7 +64,7 @@ def build_system_prompt(
     if markdown:
         parts.append("Use markdown to format your answers.")
     if add_session_state_to_context:
-        visible = {k: v for k, v in state.items() if not k.startswith("temp:")}
+        visible = visible_state(state)
         parts.append(
             "<session_state>\n" + json.dumps(visible, ensure_ascii=False) + "\n</session_state>"
         )

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from statewise.db.store import TTL_KEY, set_expiry, visible_state
 from statewise.exceptions import TempScopeError
 from statewise.run.driver import initialize_state
 from statewise.state.tracked import TrackedDict, to_plain
@@ -73,14 +74,23 @@ class SessionStateAPI:
         return self._read(lambda s: to_plain(s[key]) if key in s else default)
 
     def has(self, key: str) -> bool:
-        return self._read(lambda s: key in s)
+        return key != TTL_KEY and self._read(lambda s: key in s)
 
     def get_all(self) -> dict[str, Any]:
-        return self._read(lambda s: {k: to_plain(v) for k, v in s.items()})
+        return self._read(visible_state)
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: Any, *, ttl: float | None = None) -> None:
+        """Set `key`; with `ttl` (seconds) it vanishes from reads and prompts after that."""
         _no_temp(key)
-        self._write(f"api:state.set:{key}", lambda s: s.__setitem__(key, value))
+
+        def write(state: TrackedDict) -> None:
+            state[key] = value
+            if ttl is not None:
+                set_expiry(state, key, ttl)
+            elif isinstance(state.get(TTL_KEY), dict) and key in state[TTL_KEY]:
+                del state[TTL_KEY][key]
+
+        self._write(f"api:state.set:{key}", write)
 
     def delete(self, key: str) -> None:
         _no_temp(key)

@@ -6,9 +6,13 @@ recorded with a `rollback` event; a fork is a new session that starts from a pas
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statewise.db.base import split_records
 from statewise.db.records import NewEvent, ScopeKey
 from statewise.exceptions import SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
@@ -78,25 +82,48 @@ class TimeTravel:
         after = self._store.scope_at(key, self._version_of(key, to))
         return [c.to_json() for c in diff_states(before, after)]
 
-    def rollback_state(self, session_id: str | None = None, *, to: int | str) -> dict[str, Any]:
-        """Bring the session's state back to a version or run, as a new commit."""
+    def rollback_state(
+        self, session_id: str | None = None, *, to: int | str, include_shared: bool = False
+    ) -> dict[str, Any]:
+        """Bring the session's state back to a version or run, as a new commit.
+
+        With `include_shared=True` the session's `user:` and `app:` scopes go back too, each
+        to its last version committed at or before the target version's time.
+        """
         sid, key = self._session_key(session_id)
         version = self._version_of(key, to)
-        target = self._store.scope_at(key, version)
+        targets = {"": self._store.scope_at(key, version)}
         spec = self._spec(sid, None)
         working = self._store.checkout(spec)
         keep = True
         try:
+            if include_shared:
+                deltas = self._store.db.read_deltas(
+                    key, after_version=version - 1, upto_version=version
+                )
+                cutoff = deltas[-1].created_at if deltas else 0.0
+                for shared in working.spec.scope_keys()[1:]:
+                    shared_version = max(
+                        (
+                            d.version
+                            for d in self._store.db.read_deltas(shared)
+                            if d.created_at <= cutoff
+                        ),
+                        default=0,
+                    )
+                    targets[f"{shared.kind}:"] = self._store.scope_at(shared, shared_version)
             root = working.root
-            for name in [k for k in root if ":" not in k and k not in target]:
-                del root[name]
-            for name, value in target.items():
-                if name not in root or to_plain(root[name]) != value:
-                    root[name] = value
+            for prefix, target in targets.items():
+                _restore(root, prefix, target)
             self._store.commit(
                 working,
                 source=f"rollback:to={version}",
-                events=[NewEvent(type="rollback", data={"to_version": version, "to": to})],
+                events=[
+                    NewEvent(
+                        type="rollback",
+                        data={"to_version": version, "to": to, "include_shared": include_shared},
+                    )
+                ],
             )
             return working.plain()
         except BaseException:
@@ -136,3 +163,49 @@ class TimeTravel:
         finally:
             self._store.release(working, keep=keep)
         return new_id
+
+    # ---- export / import ---------------------------------------------------------------
+
+    def export_session(
+        self, session_id: str | None = None, path: str | Path | None = None
+    ) -> list[dict[str, Any]]:
+        """The session (state deltas, events, runs) as JSON Lines records; with `path`,
+        also written to that file. Secret values stay encrypted; import needs the key."""
+        sid, _key = self._session_key(session_id)
+        records = list(self._store.db.export_session(sid))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as out:
+                for record in records:
+                    out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return records
+
+    def import_sessions(self, source: str | Path | Iterable[dict[str, Any]]) -> list[str]:
+        """Import sessions exported by `export_session` (a JSON Lines file or records).
+        Refuses to overwrite an existing session; returns the imported session ids."""
+        if isinstance(source, str | Path):
+            with open(source, encoding="utf-8") as lines:
+                records = [json.loads(line) for line in lines if line.strip()]
+        else:
+            records = list(source)
+        imported = []
+        for session, deltas, events, runs in split_records(records):
+            self._store.db.import_records(session, deltas, events, runs)
+            imported.append(session.session_id)
+        return imported
+
+
+def _restore(root: Any, prefix: str, target: dict[str, Any]) -> None:
+    """Make the keys of one scope (`""` = the session's own, `"user:"`, `"app:"`) equal
+    `target`, writing only the keys that differ."""
+
+    def in_scope(name: str) -> bool:
+        return name.startswith(prefix) if prefix else ":" not in name
+
+    wanted = {
+        prefix + name: value for name, value in target.items() if name != "__ttl__" or not prefix
+    }
+    for name in [k for k in root if in_scope(k) and k not in wanted]:
+        del root[name]
+    for name, value in wanted.items():
+        if name not in root or to_plain(root[name]) != value:
+            root[name] = value

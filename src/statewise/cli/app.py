@@ -2,20 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.pretty import Pretty
+
+from statewise.cli._errors import CliError, fail
 
 app = typer.Typer(
     name="statewise",
     help="Stateful LLM agents whose session state is never lost. Run `statewise demo` first.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode="rich",
 )
+state_app = typer.Typer(
+    name="state",
+    help="Look at a session's state: now, its history of changes, and what changed between "
+    "two versions.",
+    no_args_is_help=True,
+)
+app.add_typer(state_app)
 console = Console()
+T = TypeVar("T")
+
+
+@contextmanager
+def _clear_errors() -> Iterator[None]:
+    """A usage mistake is one red line and exit code 2, never a traceback."""
+    try:
+        yield
+    except CliError as exc:
+        fail(str(exc), hint=exc.hint)
+
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="STATEWISE_DB_URL",
+        help="Database URL: sqlite:///relative.db, sqlite:////absolute.db, memory://, "
+        "postgresql://..., redis://... (default: $STATEWISE_DB_URL).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only, for scripts.")]
 
 
 @app.command()
@@ -39,6 +74,178 @@ def demo(
         "Run it again: the state carries over. Inspect it with "
         f"`statewise state show alice-groceries --db sqlite:///{db_file}`."
     )
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    '  statewise run my_agent.py "Add milk to my list" --session s1 --db sqlite:///agents.db\n\n'
+    '  statewise run my_agent.py:helper "hi" --state \'{"user_name": "Ann"}\'\n\n'
+    "  statewise run examples/session_state_agent --replay "
+    "examples/session_state_agent/input.json --show-state",
+)
+def run(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="The Python file that defines your agent, or a folder holding agent.py. "
+            "Add :name to pick one object (my_agent.py:helper); otherwise the only "
+            "Agent/Team/Workflow in the file is used, else `root_agent`, else `agent`.",
+            show_default=False,
+        ),
+    ],
+    message: Annotated[
+        str | None,
+        typer.Argument(
+            help="What to say to the agent (leave out with --replay).", show_default=False
+        ),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session", help="Session id to continue (default: a new session).", show_default=False
+        ),
+    ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="User id that owns the session (shares `user:` keys).",
+            show_default=False,
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Database URL to use instead of the agent's own db= "
+            "(sqlite:///file.db, memory://, postgresql://..., redis://...).",
+            show_default=False,
+        ),
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            help="JSON object merged into the session state before the "
+            '(first) run, e.g. \'{"user_name": "Ann"}\'.',
+            show_default=False,
+        ),
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            "--replay",
+            help='JSON file {"state": {...}, "queries": ["...", ...]}: '
+            "each query runs in order on one session; the state goes into the first "
+            "run.",
+            show_default=False,
+        ),
+    ] = None,
+    show_state: Annotated[
+        bool, typer.Option("--show-state", help="Print the session state after each run.")
+    ] = False,
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="Print the full traceback when something fails.")
+    ] = False,
+) -> None:
+    """Run an agent defined in a Python file: one message, or a replay file's queries.
+
+    Prints the exchange as \\[user]: ... and \\[agent name]: ... lines.
+    """
+    from statewise.cli._run import parse_state, read_replay, run_queries
+
+    with _clear_errors():
+        if (message is None) == (replay is None):
+            raise CliError(
+                "give either a message or --replay FILE",
+                hint='statewise run my_agent.py "hello"   or   '
+                "statewise run my_agent.py --replay input.json",
+            )
+        initial = parse_state(state) if state is not None else {}
+        queries = [message] if message is not None else []
+        if replay is not None:
+            data = read_replay(replay)
+            queries = data.queries
+            initial = {**data.state, **initial}
+        run_queries(
+            console=console,
+            target=target,
+            queries=queries,
+            session_id=session,
+            user_id=user,
+            db=db,
+            state=initial,
+            show_state=show_state,
+            traceback=traceback,
+        )
+
+
+@state_app.command("show")
+def state_show(
+    session: Annotated[str, typer.Argument(help="The session id.", show_default=False)],
+    db: DbOption = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            help="A past version (number) or run id; the session's own keys at that point.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's current state (its own keys plus its user's user: and app's app:
+    keys)."""
+    from statewise.cli import _state
+
+    with _clear_errors():
+        _state.show(console, _state.open_db(db), session, at, as_json)
+
+
+@state_app.command("history")
+def state_history(
+    session: Annotated[str, typer.Argument(help="The session id.", show_default=False)],
+    db: DbOption = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Only the last N versions.", show_default=False)
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List every committed change of a session's state: version, run, step, and the
+    callback, tool or API call that made it."""
+    from statewise.cli import _state
+
+    with _clear_errors():
+        _state.history(console, _state.open_db(db), session, limit, as_json, db or "URL")
+
+
+@state_app.command("diff")
+def state_diff(
+    session: Annotated[str, typer.Argument(help="The session id.", show_default=False)],
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Version number or run id to compare from (default: 0, the empty state).",
+            show_default=False,
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            help="Version number or run id to compare to (default: now).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What changed in a session's state between two versions (or runs), path by path."""
+    from statewise.cli import _state
+
+    with _clear_errors():
+        _state.diff(console, _state.open_db(db), session, from_, to, as_json)
 
 
 def main() -> None:

@@ -169,6 +169,8 @@ class InMemoryDb(BaseDb):
                 run_copy.created_at = (
                     previous.created_at if previous else (run_copy.created_at or now)
                 )
+                if previous is not None:  # as SQL's upsert: the run's origin stays as created
+                    run_copy.agent_name, run_copy.input = previous.agent_name, previous.input
                 run_copy.updated_at = now
                 runs[run_copy.run_id] = run_copy
             return CommitResult(
@@ -225,18 +227,26 @@ class InMemoryDb(BaseDb):
                 and (not types or row[2] in types)
             ]
         if limit is not None:
-            rows = rows[-limit:] if after is None else rows[:limit]
-        return [
-            EventRecord(
-                session_id=session_id,
-                seq=seq,
-                run_id=run_id,
-                type=type_,
-                data=_codec.loads(data),
-                created_at=created_at,
+            rows = (rows[-limit:] if limit else []) if after is None else rows[:limit]
+        events = []
+        for seq, run_id, type_, data, created_at in rows:
+            try:
+                decoded = _codec.loads(data)
+            except ValueError as exc:
+                raise CorruptRecordError(
+                    f"session {session_id!r}: event {seq} is not JSON"
+                ) from exc
+            events.append(
+                EventRecord(
+                    session_id=session_id,
+                    seq=seq,
+                    run_id=run_id,
+                    type=type_,
+                    data=decoded,
+                    created_at=created_at,
+                )
             )
-            for seq, run_id, type_, data, created_at in rows
-        ]
+        return events
 
     def read_runs(
         self, session_id: str, *, limit: int | None = None, status: str | None = None

@@ -34,7 +34,7 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import apply_segments
-from statewise.exceptions import VersionConflict
+from statewise.exceptions import StateError, StateValidationError, VersionConflict
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
@@ -44,6 +44,7 @@ from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 USER_PREFIX = "user:"
 APP_PREFIX = "app:"
 TEMP_PREFIX = "temp:"
+TTL_KEY = "__ttl__"  # {key: unix time it expires}; hidden from reads and prompts
 ANONYMOUS_USER = "_anonymous"
 MAX_COMMIT_ATTEMPTS = 100
 SNAPSHOT_MIN_BYTES = 32 * 1024
@@ -124,8 +125,8 @@ class WorkingState:
         return bool(self.recorder.ops)
 
     def plain(self) -> dict[str, Any]:
-        """The merged state as a plain dict, without `temp:` keys."""
-        return {k: to_plain(v) for k, v in self.root.items() if not k.startswith(TEMP_PREFIX)}
+        """The merged state as a plain dict, without `temp:` keys and TTL bookkeeping."""
+        return visible_state(self.root)
 
     def take_segments(self, source: str) -> list[tuple[str, list[Op]]]:
         """Drain the pending ops as (source, ops) segments; unmarked ones go to `source`."""
@@ -139,6 +140,39 @@ class WorkingState:
             start = end
         self.marks.clear()
         return segments
+
+
+def visible_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What users see of a state: no `temp:` keys, no TTL bookkeeping."""
+    return {
+        k: to_plain(v) for k, v in state.items() if not k.startswith(TEMP_PREFIX) and k != TTL_KEY
+    }
+
+
+def set_expiry(root: TrackedDict, key: str, ttl: float) -> None:
+    """Make `key` vanish `ttl` seconds from now (recorded like any other write)."""
+    if ttl <= 0:
+        raise StateError(f"ttl must be positive, got {ttl}")
+    expiries = root.setdefault(TTL_KEY, {})
+    expiries[key] = time.time() + ttl
+
+
+def expire_keys(ws: WorkingState) -> None:
+    """Delete keys whose TTL passed. The deletes are ordinary recorded ops, so they are
+    committed with the next commit and every reader hides the key meanwhile."""
+    expiries = ws.root.get(TTL_KEY)
+    if not expiries:
+        return
+    now = time.time()
+    expired = [k for k, at in expiries.items() if at <= now]
+    if not expired:
+        return
+    for key in expired:
+        ws.root.pop(key, None)
+        del expiries[key]
+    if not expiries:
+        del ws.root[TTL_KEY]
+    ws.mark("ttl_expired")
 
 
 class _Cache:
@@ -211,6 +245,16 @@ class StateStore:
         self._cipher = cipher
         self._cache = _cache_for(db)
 
+    def on(self, db: BaseDb) -> StateStore:
+        """The same rules, schema and secrets on another database."""
+        return StateStore(
+            db,
+            rules=self.rules,
+            schema=self.schema,
+            secret_keys=self.secret_keys,
+            cipher=self._cipher,
+        )
+
     @property
     def cipher(self) -> Cipher:
         if self._cipher is None:
@@ -250,6 +294,7 @@ class StateStore:
             ws.spec = spec
             if stale:
                 self._reload(ws, stale)
+            expire_keys(ws)
             return ws
         loaded = self.db.load_scopes(keys)
         data: dict[str, Any] = {}
@@ -259,10 +304,30 @@ class StateStore:
             data.update(self._decode_scope(key, scope.data))
             versions[key] = scope.version
             sizes[key] = _Sizes(snapshot_bytes=scope.snapshot_bytes, tail_bytes=scope.tail_bytes)
+        self._check_schema_on_load(spec, data)
         root = track(data, recorder)
-        return WorkingState(
+        ws = WorkingState(
             spec=spec, record=record, versions=versions, root=root, recorder=recorder, sizes=sizes
         )
+        ws.clean = recorder.savepoint()
+        expire_keys(ws)
+        return ws
+
+    def _check_schema_on_load(self, spec: SessionSpec, data: Mapping[str, Any]) -> None:
+        """A stored state that no longer fits the schema (the schema changed) is reported
+        with the session and what to do, instead of failing somewhere later."""
+        if self.schema is None or not data:
+            return
+        try:
+            self.schema.validate_all({k: v for k, v in data.items() if k != TTL_KEY})
+        except StateValidationError as exc:
+            raise StateValidationError(
+                exc.key,
+                f"{exc.reason} (stored in session {spec.session_id!r}, which no longer fits "
+                f"state_schema; migrate it, e.g. agent.update_session_state({{...}}, "
+                f"session_id={spec.session_id!r}) with a schema-free Agent, or give the field "
+                f"a default)",
+            ) from exc
 
     def release(self, ws: WorkingState, *, keep: bool = True) -> None:
         """Return a checked-out state. Uncommitted changes are dropped, temp: keys too."""
@@ -309,7 +374,7 @@ class StateStore:
         out: dict[str, Any] = {}
         for key in spec.scope_keys():
             out.update(self._decode_scope(key, self.scope_at(key, versions.get(key, 0))))
-        return out
+        return visible_state(out)
 
     def scope_at(self, key: ScopeKey, version: int) -> dict[str, Any]:
         """A scope's plain stored state at `version`: nearest snapshot, then deltas."""
@@ -567,7 +632,26 @@ class _Pending:
 def _resplit(
     segments: list[tuple[str, list[Op]]], rebased: dict[str, list[Op]]
 ) -> list[tuple[str, list[Op]]]:
-    """Put rebased ops back under the sources that made them (rebase keeps op order)."""
+    """Put rebased ops back under the sources that made them. Rebase keeps op order and
+    usually one op per op; when it dropped or merged some, a scope's ops are attributed to
+    all of its sources together."""
+    counts: dict[str, int] = {}
+    for _source, ops in segments:
+        for op in ops:
+            kind = scope_of(str(op.path[0]))[0]
+            counts[kind] = counts.get(kind, 0) + 1
+    uneven = [kind for kind, ops in rebased.items() if len(ops) != counts.get(kind, 0)]
+    if uneven:
+        sources = "+".join(dict.fromkeys(s for s, _ops in segments))
+        kept = [
+            (s, [op for op in ops if scope_of(str(op.path[0]))[0] not in uneven])
+            for s, ops in segments
+        ]
+        merged = [op for kind in uneven for op in rebased.pop(kind)]
+        segments = [(s, ops) for s, ops in kept if ops]
+        tail = [(sources, merged)] if merged else []
+    else:
+        tail = []
     queues = {kind: iter(ops) for kind, ops in rebased.items()}
     out = []
     for source, ops in segments:
@@ -582,11 +666,22 @@ def _resplit(
                 new_ops.append(op)
         if new_ops:
             out.append((source, new_ops))
-    return out
+    return out + tail
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
 
 
-__all__ = ["Committed", "SessionSpec", "StateStore", "WorkingState", "new_id", "scope_of"]
+__all__ = [
+    "TTL_KEY",
+    "Committed",
+    "SessionSpec",
+    "StateStore",
+    "WorkingState",
+    "expire_keys",
+    "new_id",
+    "scope_of",
+    "set_expiry",
+    "visible_state",
+]

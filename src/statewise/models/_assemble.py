@@ -18,9 +18,10 @@ from statewise.models.messages import ModelResponse, TextDelta, ToolCall, ToolCa
 def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     """Return `(arguments, error)`; exactly one of them is meaningful.
 
-    An empty string means "no arguments" (some models send that for parameterless tools).
+    An empty string or JSON `null` means "no arguments" (models send either for tools
+    without parameters).
     """
-    if raw is None or not raw.strip():
+    if raw is None or not raw.strip() or raw.strip() == "null":
         return {}, None
     try:
         value = json.loads(raw)

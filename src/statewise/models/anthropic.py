@@ -156,8 +156,10 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
                             index=calls[event.index], arguments_delta=event.delta.partial_json
                         )
                     )
-                elif kind == "message_delta":
-                    output_tokens = int(event.usage.output_tokens or output_tokens)
+                elif kind == "message_delta":  # usage here is cumulative
+                    delta_usage = event.usage.model_dump()
+                    output_tokens = int(delta_usage.get("output_tokens") or output_tokens)
+                    input_tokens = _input_tokens(delta_usage) or input_tokens
         finally:
             await stream.close()
         response = assembler.response()

@@ -212,6 +212,8 @@ def parse_completion(data: Any, *, provider: str, model: str) -> ModelResponse:
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise TypeError("message.content is not a string")
+        if content is None and isinstance(message.get("refusal"), str):
+            content = message["refusal"]  # a refusal is the model's answer, in words
         calls = []
         for call in message.get("tool_calls") or []:
             function = call["function"]

@@ -17,7 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from statewise.exceptions import ConfigurationError, ModelError
+from statewise.exceptions import (
+    CassetteExhaustedError,
+    CassetteMismatchError,
+    ConfigurationError,
+)
 from statewise.models._offline import response_chunks
 from statewise.models.base import Model
 from statewise.models.messages import (
@@ -28,14 +32,6 @@ from statewise.models.messages import (
     ToolCall,
     Usage,
 )
-
-
-class CassetteMismatchError(ModelError):
-    """A strict `ReplayModel` got a request that differs from the recorded one."""
-
-
-class CassetteExhaustedError(ModelError):
-    """A `ReplayModel` was asked for more exchanges than its cassette holds."""
 
 
 def request_to_dict(messages: list[Message], info: RequestInfo) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, StateStore, WorkingState, new_id, scope_of
-from statewise.models.messages import Message
+from statewise.models.messages import Message, ModelResponse
 from statewise.run.callbacks import first_result
 from statewise.run.context import RunContext
 from statewise.run.events import RunCompleted, RunEvent, RunStarted
@@ -120,7 +120,7 @@ async def drive_run(
         user_message = Message(role="user", content=request.input)
         result = StepsResult()
         if early is not None:
-            result.content = early if isinstance(early, str) else str(early)
+            result.content = as_content(early)
             result.messages.append(Message(role="assistant", content=result.content))
         else:
             history = await history_messages(store, spec.session_id, request.history_runs)
@@ -128,13 +128,7 @@ async def drive_run(
                 rt, scope, ctx, [*history, user_message], metrics, result, stream=request.stream
             ):
                 yield event
-        if rt.output_key:
-            ctx.session_state[rt.output_key] = result.content
-            working.mark("output_key")
-        replaced = await first_result(rt.callbacks.after_agent, available)
-        if replaced is not None:
-            result.content = replaced if isinstance(replaced, str) else str(replaced)
-        working.mark("callback:after_agent")
+        await finish_agent(rt, ctx, result, available)
         metrics.input_tokens = result.usage.input_tokens
         metrics.output_tokens = result.usage.output_tokens
         metrics.total_tokens = result.usage.total_tokens
@@ -228,7 +222,7 @@ async def run_nested(
     early = await first_result(rt.callbacks.before_agent, available)
     scope.working.mark(f"callback:before_agent:{rt.name}")
     if early is not None:
-        result.content = early if isinstance(early, str) else str(early)
+        result.content = as_content(early)
         result.messages.append(Message(role="assistant", content=result.content))
     else:
         user_message = Message(role="user", content=input)
@@ -236,10 +230,38 @@ async def run_nested(
             rt, scope, ctx, [*history, user_message], metrics, result, stream=stream
         ):
             yield event
+    await finish_agent(rt, ctx, result, available, suffix=f":{rt.name}")
+
+
+def as_content(value: Any) -> str | None:
+    """What `before_agent`/`after_agent` returned, as the run's answer."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (ModelResponse, Message)):
+        return value.content
+    return str(value)
+
+
+async def finish_agent(
+    rt: AgentRuntime,
+    ctx: RunContext,
+    result: StepsResult,
+    available: Mapping[str, Any],
+    *,
+    suffix: str = "",
+) -> None:
+    """Store the answer under `output_key`, then run `after_agent` (which sees it in state
+    and may replace the answer; `output_key` then holds the replacement)."""
+    working = ctx._working
+    assert working is not None
     if rt.output_key:
         ctx.session_state[rt.output_key] = result.content
-        scope.working.mark(f"output_key:{rt.name}")
+        working.mark(f"output_key{suffix}")
     replaced = await first_result(rt.callbacks.after_agent, available)
     if replaced is not None:
-        result.content = replaced if isinstance(replaced, str) else str(replaced)
-    scope.working.mark(f"callback:after_agent:{rt.name}")
+        result.content = as_content(replaced)
+        if result.messages and result.messages[-1].role == "assistant":
+            result.messages[-1] = Message(role="assistant", content=result.content)
+        if rt.output_key:
+            ctx.session_state[rt.output_key] = result.content
+    working.mark(f"callback:after_agent{suffix}")

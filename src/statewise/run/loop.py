@@ -82,11 +82,15 @@ async def run_steps(
             "llm_request": request,
             "agent": rt.agent,
         }
-        response = await first_result(rt.callbacks.before_model, available)
-        if isinstance(response, str):
-            response = ModelResponse(content=response)
-        if response is None:
-            response = None
+        response = as_response(
+            await first_result(rt.callbacks.before_model, available), "before_model_callback"
+        )
+        scope.working.mark("callback:before_model")
+        if response is not None:
+            # The callback answered for the model: no model call, nothing streamed by one.
+            if stream and response.content:
+                yield ContentDelta(content=response.content, agent_name=rt.name)
+        else:
             if stream:
                 async for chunk in model.request_stream(request.messages, request.info):
                     if isinstance(chunk, ModelResponse):
@@ -102,15 +106,14 @@ async def run_steps(
             metrics.model_requests += 1
             result.usage = result.usage + response.usage
         ctx.metadata["model_response"] = response
-        replaced = await first_result(
-            rt.callbacks.after_model, {**available, "llm_response": response}
+        replaced = as_response(
+            await first_result(rt.callbacks.after_model, {**available, "llm_response": response}),
+            "after_model_callback",
         )
-        if isinstance(replaced, ModelResponse):
+        if replaced is not None:
             response = replaced
-        elif isinstance(replaced, str):
-            response = ModelResponse(content=replaced)
         ctx.metadata.pop("model_response", None)
-        scope.working.mark("callback:model")
+        scope.working.mark("callback:after_model")
         assistant = response.to_message()
         result.messages.append(assistant)
         events = [
@@ -164,12 +167,22 @@ async def run_steps(
             yield changed
         if not response.tool_calls:
             result.content = response.content
-            if not stream and response.content:
-                pass
             return
     raise RunError(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
+    )
+
+
+def as_response(value: Any, what: str) -> ModelResponse | None:
+    """What a model callback returned, as a response: None (go on), a ModelResponse, or a
+    str (a text answer)."""
+    if value is None or isinstance(value, ModelResponse):
+        return value
+    if isinstance(value, str):
+        return ModelResponse(content=value)
+    raise RunError(
+        f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
 
 

@@ -19,11 +19,22 @@ T = TypeVar("T")
 _local = threading.local()
 
 
+class _ThreadLoop:
+    """This thread's reusable event loop, closed when the thread ends (thread-local data
+    is dropped then), so worker threads leave no unclosed loops behind."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+
+    def __del__(self) -> None:
+        self.runner.close()
+
+
 def _thread_runner() -> asyncio.Runner:
-    runner: asyncio.Runner | None = getattr(_local, "runner", None)
-    if runner is None:
-        runner = _local.runner = asyncio.Runner()
-    return runner
+    holder: _ThreadLoop | None = getattr(_local, "loop", None)
+    if holder is None:
+        holder = _local.loop = _ThreadLoop()
+    return holder.runner
 
 
 def _in_running_loop() -> bool:

@@ -1,46 +1,229 @@
-"""TEMPORARY stand-in (replaced by the state branch's implementation on merge)."""
+"""Three-way rebase of one writer's ops onto state that moved under it.
+
+When a commit loses its compare-and-swap, the storage layer calls `rebase` with the latest
+stored state (which already contains `theirs`, the ops other writers committed since our
+base version) and re-applies `ours`. Commuting ops apply as they are; a set/delete whose
+path overlaps what theirs touched is resolved by the path's rule and, unless both sides
+agree, recorded as a `Conflict`: never a silent loss.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewise.state.ops import Op, apply_op
+from statewise.exceptions import StateConflictError, StateOpError
+from statewise.state.jsonvalue import Path, format_path, to_json_value
+from statewise.state.ops import MISSING, Op, apply_op
+from statewise.state.reducers import Rule, resolve_rule, rule_name
 
-Rule = str | Callable[[Any, Any, Any], Any]
+__all__ = ["Conflict", "RebaseResult", "Rules", "rebase"]
 
 
 class Rules:
+    """Merge rules by top-level key or dotted path; the most specific prefix wins."""
+
+    __slots__ = ("_rules",)
+
     def __init__(self, mapping: Mapping[str, Rule] | None = None) -> None:
-        self.mapping = dict(mapping or {})
+        self._rules: dict[tuple[str, ...], Rule] = {
+            tuple(key.split(".")): resolve_rule(rule) for key, rule in (mapping or {}).items()
+        }
 
-    def rule_for(self, path: Sequence[str | int]) -> Rule:
-        return self.mapping.get(str(path[0]), "last_write_wins")
+    def rule_for(self, path: Path) -> Rule:
+        if self._rules:
+            parts = tuple(str(p) for p in path)
+            for n in range(len(parts), 0, -1):
+                rule = self._rules.get(parts[:n])
+                if rule is not None:
+                    return rule
+        return "last_write_wins"
 
-    def merged(self, other: Rules) -> Rules:
-        return Rules({**self.mapping, **other.mapping})
+    def merged(self, other: Rules | Mapping[str, Rule] | None) -> Rules:
+        """A new Rules with `other`'s entries overriding ours."""
+        new = Rules()
+        new._rules = dict(self._rules)
+        new._rules.update(other._rules if isinstance(other, Rules) else Rules(other)._rules)
+        return new
+
+    def __repr__(self) -> str:
+        return f"Rules({ {'.'.join(k): rule_name(v) for k, v in self._rules.items()} })"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Conflict:
-    path: tuple[Any, ...]
+    """A path both sides wrote: what each wanted and what was kept (MISSING = absent)."""
+
+    path: Path
+    base: Any
     theirs: Any
     ours: Any
+    resolved: Any
+    rule: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": list(self.path), "theirs": self.theirs, "ours": self.ours}
+        """JSON form; values that were absent (MISSING) are left out."""
+        data: dict[str, Any] = {"path": list(self.path), "rule": self.rule}
+        for name in ("base", "theirs", "ours", "resolved"):
+            value = getattr(self, name)
+            if value is not MISSING:
+                data[name] = value
+        return data
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RebaseResult:
-    ops: list[Op]
+    ops: list[Op] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
+
+
+def _get(doc: Any, path: Path) -> Any:
+    node = doc
+    for key in path:
+        if isinstance(node, dict) and isinstance(key, str):
+            node = node.get(key, MISSING)
+        elif isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+            node = node[key]
+        else:
+            return MISSING
+        if node is MISSING:
+            return MISSING
+    return node
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _force_set(doc: dict[str, Any], path: Path, value: Any) -> bool:
+    """Set `path`, replacing whatever blocks it with dicts (LWW recreates). False when a
+    list index on the way no longer exists."""
+    node: Any = doc
+    for depth, key in enumerate(path):
+        last = depth == len(path) - 1
+        if isinstance(node, list):
+            if not isinstance(key, int) or not -len(node) <= key < len(node):
+                return False
+        elif not isinstance(key, str):
+            return False
+        if last:
+            node[key] = value
+            return True
+        child = node.get(key) if isinstance(node, dict) else node[key]
+        if not isinstance(child, dict | list) or (
+            isinstance(child, list) and not isinstance(path[depth + 1], int)
+        ):
+            child = node[key] = {}
+        node = child
+    return False  # pragma: no cover - path is never empty
+
+
+def _recreated(op: Op) -> Any:
+    """What an op that no longer applies means as a plain value at its path."""
+    if op.op in ("append", "insert"):
+        return [op.value]
+    if op.op == "extend":
+        return list(op.value)
+    if op.op == "increment":
+        return op.value
+    return op.value if op.op == "set" else MISSING
+
+
+class _Rebase:
+    def __init__(self, latest: dict[str, Any], theirs: Sequence[Op], rules: Rules) -> None:
+        self.doc = latest
+        self.rules = rules
+        self.touched = {op.path for op in theirs}
+        self.touched_prefixes = {op.path[:n] for op in theirs for n in range(1, len(op.path))}
+        self.claimed: set[Path] = set()  # paths ours already won (later ops there apply)
+        self.result = RebaseResult()
+
+    def overlaps(self, path: Path) -> bool:
+        if any(path[:n] in self.claimed for n in range(1, len(path) + 1)):
+            return False
+        if path in self.touched_prefixes:
+            return True
+        return any(path[:n] in self.touched for n in range(1, len(path) + 1))
+
+    def apply(self, op: Op) -> None:
+        if self.creates_existing(op):
+            return
+        if op.op in ("set", "delete") and self.overlaps(op.path):
+            ours = op.value if op.op == "set" else MISSING
+            self.resolve(op.path, op.prior, ours, forced=False)
+            return
+        try:
+            apply_op(self.doc, op)
+        except StateOpError:
+            self.resolve(op.path, op.prior if op.op == "set" else MISSING, _recreated(op), True)
+            return
+        self.result.ops.append(op)
+
+    def creates_existing(self, op: Op) -> bool:
+        """`state.setdefault("l", []).append(x)` on both sides: each side's set of an empty
+        container over a missing key means "create it", which theirs already did."""
+        if op.op != "set" or op.prior is not MISSING or op.value not in ([], {}):
+            return False
+        current = _get(self.doc, op.path)
+        return type(current) is type(op.value)
+
+    def resolve(self, path: Path, base: Any, ours: Any, forced: bool) -> None:
+        rule = self.rules.rule_for(path)
+        theirs = _get(self.doc, path)
+        if isinstance(rule, str):
+            if not forced and _same(theirs, ours):
+                self.write(path, theirs, ours)
+                return
+            if rule == "strict":
+                raise StateConflictError(format_path(path), theirs, ours)
+            resolved = ours
+            self.claimed.add(path)
+        else:
+            resolved = rule(base, theirs, ours)
+            if resolved is not MISSING:
+                resolved = to_json_value(resolved, path)
+        # The applied op is based on the value it was rebased onto, so rebasing it again
+        # (when the commit loses another race) does not count the other writers twice.
+        if not self.write(path, theirs, resolved):
+            resolved = theirs
+        if forced or not _same(theirs, resolved) or not isinstance(rule, str):
+            self.result.conflicts.append(
+                Conflict(
+                    path=path,
+                    base=base,
+                    theirs=theirs,
+                    ours=ours,
+                    resolved=resolved,
+                    rule=rule_name(rule),
+                )
+            )
+
+    def write(self, path: Path, prior: Any, value: Any) -> bool:
+        if value is MISSING:
+            op = Op(op="delete", path=path, prior=prior)
+            apply_op(self.doc, op)
+        else:
+            op = Op(op="set", path=path, value=value, prior=prior)
+            try:
+                apply_op(self.doc, op)
+            except StateOpError:
+                if not _force_set(self.doc, path, to_json_value(value, path)):
+                    return False
+        self.result.ops.append(op)
+        return True
 
 
 def rebase(
     latest: dict[str, Any], theirs: Sequence[Op], ours: Sequence[Op], rules: Rules
 ) -> RebaseResult:
+    """Apply `ours` onto `latest` in place (it already includes `theirs`).
+
+    Returns the ops as actually applied (set values replaced by resolved values) and the
+    conflicts. Deterministic: the same inputs always give the same state and result.
+    Raises StateConflictError for a `strict` path both sides set to different values.
+    """
+    job = _Rebase(latest, theirs, rules)
     for op in ours:
-        apply_op(latest, op)
-    return RebaseResult(ops=list(ours))
+        job.apply(op)
+    return job.result

@@ -1,27 +1,73 @@
-"""TEMPORARY stand-in (replaced by the state branch's implementation on merge)."""
+"""Encryption at rest for secret state keys, and redaction for logs, UI and exports.
+
+Encrypted values are stored as a JSON marker `{"$secret": "<fernet token>"}`, so stored
+state stays plain JSON and a reader can tell an encrypted value from a normal dict.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from statewise.exceptions import MissingDependencyError, SecretsError
 
-class Cipher:
-    @classmethod
-    def from_env(cls) -> Cipher:
-        return cls()
+__all__ = ["MARKER", "Cipher", "is_encrypted", "redact"]
 
-    def encrypt_value(self, value: Any) -> dict[str, Any]:
-        return {"$secret": value}
-
-    def decrypt_value(self, marker: dict[str, Any]) -> Any:
-        return marker["$secret"]
+MARKER = "$secret"
+REDACTED = "***"
+_HOW_TO = (
+    'create one with: python -c "from cryptography.fernet import Fernet; '
+    'print(Fernet.generate_key().decode())"'
+)
 
 
 def is_encrypted(value: Any) -> bool:
-    return isinstance(value, dict) and "$secret" in value
+    """True for an `encrypt_value` marker."""
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(MARKER), str)
+
+
+class Cipher:
+    """Fernet (AES-128-CBC + HMAC) over JSON values; tampering or a wrong key is detected."""
+
+    def __init__(self, key: str | bytes) -> None:
+        try:
+            from cryptography.fernet import Fernet
+        except ImportError:  # pragma: no cover - cryptography is installed in dev
+            raise MissingDependencyError("cryptography", "secrets") from None
+        try:
+            self._fernet = Fernet(key.encode() if isinstance(key, str) else key)
+        except (ValueError, TypeError) as error:
+            raise SecretsError(f"invalid encryption key ({error}); {_HOW_TO}") from None
+
+    @classmethod
+    def from_env(cls, var: str = "STATEWISE_ENCRYPTION_KEY") -> Cipher:
+        key = os.environ.get(var)
+        if not key:
+            raise SecretsError(f"secret state keys need an encryption key in ${var}; {_HOW_TO}")
+        return cls(key)
+
+    def encrypt_value(self, value: Any) -> dict[str, str]:
+        data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return {MARKER: self._fernet.encrypt(data).decode()}
+
+    def decrypt_value(self, marker: Any) -> Any:
+        from cryptography.fernet import InvalidToken
+
+        if not is_encrypted(marker):
+            raise SecretsError("not an encrypted secret value")
+        try:
+            data = self._fernet.decrypt(marker[MARKER].encode())
+        except InvalidToken:
+            raise SecretsError(
+                "cannot decrypt a secret state value: wrong STATEWISE_ENCRYPTION_KEY "
+                "or corrupted data"
+            ) from None
+        return json.loads(data)
 
 
 def redact(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:
-    keys = set(secret_keys)
-    return {k: ("***" if k in keys else v) for k, v in state.items()}
+    """A shallow copy with the secret keys' values replaced by "***"."""
+    secrets = frozenset(secret_keys)
+    return {key: REDACTED if key in secrets else value for key, value in state.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     sse: list[str] | None = None
     """Pre-formatted SSE events (each ends with a blank line), streamed one write each."""
+    delay: float = 0.0
+    """Seconds to wait before answering (for timeout tests)."""
 
 
 @dataclass(kw_only=True)
@@ -41,12 +44,17 @@ def sse_event(data: Any, event: str | None = None) -> str:
     return f"{head}data: {payload}\n\n"
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up early (timeout tests) are expected; stay quiet."""
+
+
 class FakeServer:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.received: list[Received] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
@@ -117,6 +125,8 @@ class FakeServer:
                         json=body,
                     )
                 )
+                if reply.delay:
+                    time.sleep(reply.delay)
                 if reply.sse is not None:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "text/event-stream")

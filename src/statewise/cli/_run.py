@@ -1,0 +1,141 @@
+"""`statewise run`: one message, or a replay file's queries, on one session."""
+
+from __future__ import annotations
+
+import json
+import traceback as tb
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from statewise.cli._errors import RUN_FAILED, CliError, err_console, fail
+from statewise.cli._load import load_target
+from statewise.db.url import resolve_db
+from statewise.exceptions import StatewiseError
+
+
+@dataclass(kw_only=True)
+class Replay:
+    state: dict[str, Any]
+    queries: list[str]
+
+
+def parse_state(text: str, where: str = "--state") -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{where} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            hint='Example: --state \'{"user_name": "Ann", "items": []}\'',
+        ) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{where} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_replay(path: Path) -> Replay:
+    if not path.is_file():
+        raise CliError(f"no such replay file: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+    shape = 'a replay file holds {"state": {...}, "queries": ["first message", ...]}'
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: {shape}")
+    queries = data.get("queries")
+    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+        raise CliError(f'{path}: "queries" must be a list of strings; {shape}')
+    state = data.get("state") or {}
+    if not isinstance(state, dict):
+        raise CliError(f'{path}: "state" must be a JSON object; {shape}')
+    return Replay(state=state, queries=queries)
+
+
+def use_db(target: Any, url: str) -> None:
+    """Point `target` (and its state engine) at the database `url` names."""
+    try:
+        db = resolve_db(url)
+    except StatewiseError as exc:
+        raise CliError(f"--db {url}: {exc}") from None
+    if not callable(getattr(target, "use_db", None)):
+        raise CliError(f"--db: {type(target).__name__} cannot change its database")
+    target.use_db(db)
+
+
+def run_queries(
+    *,
+    console: Console,
+    target: str,
+    queries: list[str],
+    session_id: str | None,
+    user_id: str | None,
+    db: str | None,
+    state: Mapping[str, Any] | None,
+    show_state: bool,
+    traceback: bool,
+) -> None:
+    try:
+        agent, display = load_target(target)
+    except CliError:
+        raise
+    except Exception as exc:
+        if traceback:
+            err_console.print(Text(tb.format_exc()))
+        raise CliError(
+            f"importing {target} failed: {type(exc).__name__}: {exc}",
+            hint=None if traceback else "Add --traceback to see where.",
+        ) from None
+    if db is not None:
+        use_db(agent, db)
+    session_id = session_id or str(uuid.uuid4())
+    for i, query in enumerate(queries):
+        console.print(Text(f"[user]: {query}"), soft_wrap=True)
+        try:
+            output = agent.run(
+                query,
+                session_id=session_id,
+                user_id=user_id,
+                session_state=dict(state) if state and i == 0 else None,
+            )
+        except KeyboardInterrupt:
+            fail("interrupted", code=130)
+        except Exception as exc:
+            if traceback:
+                err_console.print(Text(tb.format_exc()))
+            fail(
+                f"the run failed: {type(exc).__name__}: {exc}",
+                hint=None if traceback else "Add --traceback to see where.",
+                code=RUN_FAILED,
+            )
+        console.print(Text(f"[{display}]: {output.content or ''}"), soft_wrap=True)
+        if show_state:
+            console.print(Text("[state]:", style="dim"))
+            console.print_json(data=output.session_state)
+    url = db or db_url_of(getattr(agent, "db", None)) or "URL"
+    err_console.print(
+        Text(
+            f"session {session_id}: continue it with --session {session_id}; inspect it with "
+            f"`statewise state show {session_id} --db {url}`",
+            style="dim",
+        ),
+        soft_wrap=True,
+    )
+
+
+def db_url_of(db: Any) -> str | None:
+    """A URL for a database object, when it has one (SQLite files do)."""
+    from statewise.db.sqlite import SqliteDb
+
+    if isinstance(db, SqliteDb) and db.db_file != ":memory:":
+        return f"sqlite:///{db.db_file}"
+    return None

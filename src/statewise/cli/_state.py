@@ -1,0 +1,219 @@
+"""`statewise state show|history|diff`: a session's state, read straight from a database."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from statewise.agent.timetravel import TimeTravel
+from statewise.cli._errors import CliError
+from statewise.db.base import BaseDb
+from statewise.db.records import ScopeKey
+from statewise.db.store import SessionSpec, StateStore
+from statewise.db.url import resolve_db
+from statewise.exceptions import StatewiseError
+
+
+def open_db(url: str | None) -> BaseDb:
+    if not url:
+        raise CliError(
+            "which database? pass --db URL (or set STATEWISE_DB_URL)",
+            hint="For example: --db sqlite:///tmp/statewise_demo.db",
+        )
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() == "sqlite":
+        path = url if not sep else (rest[1:] if rest.startswith("/") else rest)
+        if path and path != ":memory:" and not Path(path).is_file():
+            raise CliError(
+                f"no database file at {path}",
+                hint="sqlite:///relative/path.db or sqlite:////absolute/path.db",
+            )
+    try:
+        return resolve_db(url)
+    except StatewiseError as exc:
+        raise CliError(f"--db {url}: {exc}") from None
+
+
+class SessionReader(TimeTravel):
+    """Time-travel reads of any session on a database, without the agent that wrote it."""
+
+    def __init__(self, db: BaseDb) -> None:
+        self._store = StateStore(db)
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        if session_id is None:
+            raise CliError("a session id is needed")
+        try:
+            record = self._store.db.get_session(session_id)
+        except StatewiseError as exc:
+            raise CliError(str(exc)) from None
+        if record is None:
+            recent = [s.session_id for s in self._store.db.list_sessions(limit=5)]
+            raise CliError(
+                f"no session {session_id!r} in this database",
+                hint=f"Recent sessions: {', '.join(recent)}" if recent else "It has no sessions.",
+            )
+        return SessionSpec(
+            session_id=session_id,
+            user_id=record.user_id,
+            app_name=record.app_name or "default",
+            kind=record.kind,
+        )
+
+    def current(self, session_id: str) -> tuple[SessionSpec, dict[str, Any], int]:
+        """The session's merged state now (own keys, its user's `user:`, its app's `app:`)."""
+        spec = self._spec(session_id, None)
+        working = self._store.checkout(spec)
+        try:
+            return working.spec, working.plain(), working.versions.get(spec.scope_keys()[0], 0)
+        finally:
+            self._store.release(working, keep=False)
+
+
+def version_arg(value: str | None) -> int | str | None:
+    """`--from 3` is a version; `--from <run id>` is the state after that run."""
+    if value is None:
+        return None
+    return int(value) if value.isdigit() else value
+
+
+def show(console: Console, db: BaseDb, session_id: str, at: str | None, as_json: bool) -> None:
+    reader = SessionReader(db)
+    spec, state, version = reader.current(session_id)
+    if at is not None:
+        try:
+            state = reader.get_state_at(session_id, version_arg(at))
+        except StatewiseError as exc:
+            raise CliError(str(exc)) from None
+    if as_json:
+        console.print(
+            json.dumps(state, ensure_ascii=False, indent=2), markup=False, highlight=False
+        )
+        return
+    where = f"version {at}" if at is not None else f"version {version}"
+    console.print(
+        Text.assemble(
+            ("session ", "dim"),
+            (session_id, "bold"),
+            (f"  user {spec.user_id or '-'}  app {spec.app_name}  {where}", "dim"),
+        )
+    )
+    console.print_json(data=state)
+
+
+def history(
+    console: Console, db: BaseDb, session_id: str, limit: int | None, as_json: bool, url: str
+) -> None:
+    reader = SessionReader(db)
+    reader._spec(session_id, None)
+    deltas = db.read_deltas(ScopeKey("session", session_id))
+    if limit:
+        deltas = deltas[-limit:]
+    if as_json:
+        console.print(
+            json.dumps([d.to_dict() for d in deltas], ensure_ascii=False, indent=2),
+            markup=False,
+            highlight=False,
+        )
+        return
+    if not deltas:
+        console.print(f"session {session_id} has no state changes yet")
+        return
+    table = Table(title=f"State history of session {session_id}", title_justify="left")
+    table.add_column("version", justify="right")
+    table.add_column("when", no_wrap=True)
+    table.add_column("run", no_wrap=True)
+    table.add_column("step", justify="right")
+    table.add_column("source", overflow="fold")
+    table.add_column("changes", overflow="fold")
+    for delta in deltas:
+        first = True
+        for segment in delta.segments:
+            table.add_row(
+                str(delta.version) if first else "",
+                _when(delta.created_at) if first else "",
+                (delta.run_id or "-")[:8] if first else "",
+                "" if delta.step is None or not first else str(delta.step),
+                segment.source,
+                "\n".join(_describe(op) for op in segment.ops),
+            )
+            first = False
+        for conflict in delta.conflicts:
+            table.add_row("", "", "", "", "conflict", Text(json.dumps(conflict), style="yellow"))
+    console.print(table)
+    console.print(
+        Text(
+            f"Compare two versions: statewise state diff {session_id} --from 0 --to "
+            f"{deltas[-1].version} --db {url}",
+            style="dim",
+        )
+    )
+
+
+def diff(
+    console: Console,
+    db: BaseDb,
+    session_id: str,
+    from_: str | None,
+    to: str | None,
+    as_json: bool,
+) -> None:
+    reader = SessionReader(db)
+    try:
+        changes = reader.diff_state(session_id, from_=version_arg(from_) or 0, to=version_arg(to))
+    except CliError:
+        raise
+    except StatewiseError as exc:
+        raise CliError(str(exc)) from None
+    if as_json:
+        console.print(
+            json.dumps(changes, ensure_ascii=False, indent=2), markup=False, highlight=False
+        )
+        return
+    if not changes:
+        console.print("no changes")
+        return
+    for change in changes:
+        path = _path(change["path"])
+        if change["kind"] == "added":
+            console.print(Text(f"+ {path} = {_value(change['after'])}", style="green"))
+        elif change["kind"] == "removed":
+            console.print(Text(f"- {path} (was {_value(change['before'])})", style="red"))
+        else:
+            console.print(
+                Text(
+                    f"~ {path}: {_value(change['before'])} -> {_value(change['after'])}",
+                    style="yellow",
+                )
+            )
+
+
+def _path(parts: list[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _value(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe(op: dict[str, Any]) -> str:
+    kind, path = op.get("op"), _path(op.get("path", []))
+    if kind == "delete":
+        return f"delete {path}"
+    if "index" in op:
+        return f"{kind} {path}[{op['index']}] {_value(op.get('value'))}"
+    return f"{kind} {path} {_value(op.get('value'))}"
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%m-%d %H:%M:%S") if timestamp else "-"

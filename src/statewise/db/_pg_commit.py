@@ -1,0 +1,226 @@
+"""PostgresDb's writes: the one-round-trip commit (with its exactly-once recovery) and import."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from statewise.db import _codec
+from statewise.db import _pg_sql as Q
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    SessionRecord,
+)
+from statewise.exceptions import StorageError, VersionConflict
+
+if TYPE_CHECKING:
+    from statewise.db.postgres import PostgresDb
+
+
+def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, ...]]:
+    """The `statewise_commit` call and its parameters. Encoding happens here, before any
+    I/O, so a value that is not JSON fails without touching the database."""
+    session = commit.session
+    writes = commit.writes
+    snapshots = [_codec.dumps(w.snapshot) if w.snapshot is not None else None for w in writes]
+    run = commit.run
+    params: tuple[Any, ...] = (
+        session.session_id,
+        commit.create_session,
+        session.user_id,
+        session.app_name,
+        session.kind,
+        _codec.dumps(session.metadata),
+        now,
+        commit.run_id,
+        commit.step,
+        [w.key.kind for w in writes],
+        [w.key.id for w in writes],
+        [w.base_version for w in writes],
+        [_codec.dumps([seg.to_dict() for seg in w.segments]) for w in writes],
+        [_codec.dumps(w.conflicts) if w.conflicts else None for w in writes],
+        snapshots,
+        [w.delta_bytes for w in writes],
+        [len(t) if t is not None else 0 for t in snapshots],
+        [e.run_id for e in commit.events],
+        [e.type for e in commit.events],
+        [_codec.dumps(e.data) for e in commit.events],
+        run.run_id if run else None,
+        run.status if run else None,
+        run.agent_name if run else None,
+        run.input if run else None,
+        run.content if run else None,
+        _codec.dumps(run.messages) if run else None,
+        _codec.dumps(run.metrics) if run else None,
+        run.error if run else None,
+        (run.created_at or None) if run else None,
+    )
+    return Q.commit_call(s), params
+
+
+def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
+    now = time.time()
+    sql, params = commit_params(db._s, commit, now)
+    n_events = len(commit.events)
+    versions = {w.key: w.base_version + 1 for w in commit.writes}
+    for attempt in (1, 2):
+        with db._connection() as conn:
+            try:
+                row = conn.execute(sql, params).fetchone()
+            except psycopg.Error as exc:
+                if exc.sqlstate == Q.CONFLICT_SQLSTATE:
+                    raise _conflict(exc) from exc
+                if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+                    # The server aborted us to break a lock cycle: nothing was written; the
+                    # store re-probes and tries again, as after any lost race.
+                    sid = commit.session.session_id
+                    raise VersionConflict(f"session {sid!r} ({exc.sqlstate})", 0) from exc
+                if not (conn.broken or conn.closed) or attempt == 2:
+                    if isinstance(exc, psycopg.OperationalError):
+                        raise db._unavailable(exc) from exc
+                    raise StorageError(
+                        f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
+                    ) from exc
+                # The connection died with the call in flight: it is one transaction, so
+                # it either landed whole or not at all. Look, then answer or send it again.
+                last_seq = _landed(db, commit, now)
+                if last_seq is not None:
+                    return CommitResult(
+                        versions=versions,
+                        first_seq=last_seq - n_events + 1,
+                        last_seq=last_seq,
+                        committed_at=now,
+                    )
+                continue
+        assert row is not None
+        last_seq = int(row[0])
+        return CommitResult(
+            versions=versions,
+            first_seq=last_seq - n_events + 1,
+            last_seq=last_seq,
+            committed_at=now,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _landed(db: PostgresDb, commit: Commit, now: float) -> int | None:
+    """The commit's last_seq if its rows are in the database (they carry `now`), else None."""
+    s, sid = db._s, commit.session.session_id
+
+    def look(conn: psycopg.Connection[Any]) -> int | None:
+        if commit.events:
+            row = conn.execute(
+                f"SELECT max(seq) FROM {s}.events WHERE session_id = %s AND created_at = %s",
+                (sid, now),
+            ).fetchone()
+            return int(row[0]) if row and row[0] is not None else None
+        if commit.writes:
+            w = commit.writes[0]
+            row = conn.execute(
+                f"SELECT 1 FROM {s}.deltas WHERE kind = %s AND scope_id = %s AND version = %s "
+                f"AND created_at = %s",
+                (w.key.kind, w.key.id, w.base_version + 1, now),
+            ).fetchone()
+            if row is None:
+                return None
+        row = conn.execute(
+            f"SELECT last_seq, updated_at FROM {s}.sessions WHERE session_id = %s", (sid,)
+        ).fetchone()
+        if row is None or (not commit.writes and row[1] != now):
+            return None
+        return int(row[0])
+
+    return db._read(look)
+
+
+def _conflict(exc: psycopg.Error) -> VersionConflict:
+    info = _codec.loads(exc.diag.message_detail or "{}")
+    key = ScopeKey(info.get("scope", "session"), str(info.get("id")))
+    return VersionConflict(str(key), int(info.get("expected") or 0), info.get("actual"))
+
+
+def import_in(
+    s: str,
+    conn: psycopg.Connection[Any],
+    session: SessionRecord,
+    deltas: Sequence[DeltaRecord],
+    events: Sequence[EventRecord],
+    runs: Sequence[RunRecord],
+) -> None:
+    sid = session.session_id
+    conn.execute(
+        f"INSERT INTO {s}.sessions ({Q.SESSION_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+        (
+            sid,
+            session.user_id,
+            session.app_name,
+            session.kind,
+            session.created_at,
+            session.updated_at,
+            session.last_seq,
+            _codec.dumps(session.metadata),
+        ),
+    )
+    with conn.cursor() as cur:
+        if deltas:
+            cur.executemany(
+                f"INSERT INTO {s}.deltas (kind, scope_id, version, session_id, run_id, step, "
+                f"segments, conflicts, created_at) VALUES ('session',%s,%s,%s,%s,%s,%s,%s,%s)",
+                [
+                    (
+                        sid,
+                        d.version,
+                        sid,
+                        d.run_id,
+                        d.step,
+                        _codec.dumps([seg.to_dict() for seg in d.segments]),
+                        _codec.dumps(d.conflicts) if d.conflicts else None,
+                        d.created_at,
+                    )
+                    for d in deltas
+                ],
+            )
+            cur.execute(
+                f"INSERT INTO {s}.scopes (kind, scope_id, version, updated_at) "
+                f"VALUES ('session', %s, %s, %s)",
+                (sid, max(d.version for d in deltas), session.updated_at),
+            )
+        if events:
+            cur.executemany(
+                f"INSERT INTO {s}.events (session_id, seq, run_id, type, data, created_at) "
+                f"VALUES (%s,%s,%s,%s,%s,%s)",
+                [
+                    (sid, e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at)
+                    for e in events
+                ],
+            )
+        if runs:
+            cur.executemany(
+                f"INSERT INTO {s}.runs (session_id, {Q.RUN_COLUMNS}) "
+                f"VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                [
+                    (
+                        sid,
+                        r.run_id,
+                        r.status,
+                        r.agent_name,
+                        r.input,
+                        r.content,
+                        _codec.dumps(r.messages),
+                        _codec.dumps(r.metrics),
+                        r.error,
+                        r.created_at,
+                        r.updated_at,
+                    )
+                    for r in runs
+                ],
+            )

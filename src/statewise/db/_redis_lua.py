@@ -1,0 +1,121 @@
+"""The Lua scripts RedisDb runs server-side (Redis >= 7: the `#!lua` shebang makes Redis
+refuse a writing script up front when it is out of memory, instead of failing half-way).
+
+COMMIT checks every precondition before its first write, so a lost race writes nothing.
+Every value it stores was encoded by the client (JSON text, exact float strings); the
+script never decodes or re-encodes user JSON (cjson would turn `[]` into `{}` and round
+floats to 14 digits).
+
+KEYS of COMMIT: 1 session hash, 2 all-sessions index, 3 user index, 4 app index,
+5 event data, 6 event meta, 7 runs hash, 8 run order; then 5 per scope write: scope hash,
+delta segments, delta meta, snapshots, snapshot versions.
+ARGV[1] is a small JSON header (see `RedisDb._commit_args`); ARGV[2..] are the blobs it
+refers to by index.
+
+Returns {1, last_seq} on success, {2, last_seq} when this exact commit (its token) already
+landed (a retry after a lost reply), {0, "session", expected} or {0, "scope", i, actual}
+(actual = -1 when the scope does not exist) on a lost race.
+"""
+
+from __future__ import annotations
+
+COMMIT = r"""#!lua
+local h = cjson.decode(ARGV[1])
+local sess = KEYS[1]
+local now = h.now
+local done = redis.call('HGET', sess, 'last_commit')
+if done then
+  local token, seq = string.match(done, '^(.-):(%d+)$')
+  if token == h.token then return {2, tonumber(seq)} end
+end
+local exists = redis.call('EXISTS', sess) == 1
+if h.create and exists then return {0, 'session', 0} end
+if (not h.create) and (not exists) then return {0, 'session', 1} end
+for i, w in ipairs(h.writes) do
+  local b = 8 + (i - 1) * 5
+  local v = redis.call('HGET', KEYS[b + 1], 'version')
+  local actual = v and tonumber(v) or 0
+  if actual ~= w.base then return {0, 'scope', i, v and actual or -1} end
+end
+-- Every check passed: from here on, only writes.
+local n = h.n_events
+local last
+if h.create then
+  redis.call('HSET', sess, 'session_id', h.sid, 'kind', h.kind, 'created_at', now,
+             'updated_at', now, 'last_seq', n, 'metadata', ARGV[h.metadata], 'runs', 0)
+  if h.user_id then redis.call('HSET', sess, 'user_id', h.user_id) end
+  if h.app_name then redis.call('HSET', sess, 'app_name', h.app_name) end
+  last = n
+else
+  last = redis.call('HINCRBY', sess, 'last_seq', n)
+  redis.call('HSET', sess, 'updated_at', now)
+end
+redis.call('HSET', sess, 'last_commit', h.token .. ':' .. last)
+redis.call('ZADD', KEYS[2], h.score, h.sid)
+if h.user_id then redis.call('ZADD', KEYS[3], h.score, h.sid) end
+if h.app_name then redis.call('ZADD', KEYS[4], h.score, h.sid) end
+for i, w in ipairs(h.writes) do
+  local b = 8 + (i - 1) * 5
+  local nv = w.base + 1
+  redis.call('HSET', KEYS[b + 1], 'version', nv, 'updated_at', now)
+  redis.call('HINCRBY', KEYS[b + 1], 'tail_bytes', w.dbytes)
+  redis.call('HSET', KEYS[b + 2], nv, ARGV[w.seg])
+  redis.call('HSET', KEYS[b + 3], nv, ARGV[w.meta])
+  if w.snap > 0 then
+    redis.call('HSET', KEYS[b + 4], nv, ARGV[w.snap])
+    redis.call('ZADD', KEYS[b + 5], nv, nv)
+    redis.call('HSET', KEYS[b + 1], 'snapshot_version', nv, 'snapshot_bytes', w.sbytes,
+               'tail_bytes', 0)
+  end
+end
+local first = last - n + 1
+for i, e in ipairs(h.events) do
+  redis.call('HSET', KEYS[5], first + i - 1, ARGV[e[1]])
+  redis.call('HSET', KEYS[6], first + i - 1, ARGV[e[2]])
+end
+local r = h.run
+if r then
+  local runs, id = KEYS[7], r.id
+  if redis.call('HEXISTS', runs, 'status:' .. id) == 0 then
+    local order = redis.call('HINCRBY', sess, 'runs', 1)
+    local created = r.created_at or now
+    redis.call('HSET', runs, 'created_at:' .. id, created, 'order:' .. id, order)
+    if r.agent_name then redis.call('HSET', runs, 'agent_name:' .. id, r.agent_name) end
+    if r.input then redis.call('HSET', runs, 'input:' .. id, r.input) end
+    redis.call('ZADD', KEYS[8], created, string.format('%012d', order) .. id)
+  end
+  redis.call('HSET', runs, 'status:' .. id, r.status, 'updated_at:' .. id, now,
+             'messages:' .. id, ARGV[r.messages], 'metrics:' .. id, ARGV[r.metrics])
+  for _, f in ipairs({'content', 'error'}) do
+    if r[f] then redis.call('HSET', runs, f .. ':' .. id, r[f])
+    else redis.call('HDEL', runs, f .. ':' .. id) end
+  end
+end
+return {1, last}
+"""
+
+LOAD = r"""#!lua flags=no-writes
+-- KEYS: per scope 3 keys (scope hash, delta segments, snapshots).
+-- Returns per scope {version, snapshot_version, snapshot_bytes, tail_bytes, snapshot|false,
+-- segments...}, read atomically so snapshot and deltas agree with the version.
+local out = {}
+for i = 1, #KEYS, 3 do
+  local f = redis.call('HMGET', KEYS[i], 'version', 'snapshot_version', 'snapshot_bytes',
+                       'tail_bytes')
+  local version = tonumber(f[1] or '0')
+  local sv = tonumber(f[2] or '0')
+  local row = {version, sv, tonumber(f[3] or '0'), tonumber(f[4] or '0'), false}
+  if sv > 0 then row[5] = redis.call('HGET', KEYS[i + 2], sv) end
+  if version > sv then
+    local fields = {}
+    for v = sv + 1, version do fields[#fields + 1] = v end
+    local chunk = 4000
+    for s = 1, #fields, chunk do
+      local part = redis.call('HMGET', KEYS[i + 1], unpack(fields, s, math.min(s + chunk - 1, #fields)))
+      for j = 1, #part do row[#row + 1] = part[j] end
+    end
+  end
+  out[#out + 1] = row
+end
+return out
+"""

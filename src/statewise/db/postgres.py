@@ -1,0 +1,469 @@
+"""PostgreSQL storage: many processes and machines on one database.
+
+psycopg 3 with a `psycopg_pool.ConnectionPool` of autocommit connections. Each primitive is
+one statement, so each is one round trip and its own transaction:
+
+- `commit` calls the `statewise_commit(...)` PL/pgSQL function (see `_pg_sql`), which does
+  the compare-and-swap (`UPDATE ... WHERE version = base`) on every scope, appends deltas,
+  snapshots and events, and upserts the run. A lost race raises inside the function, so the
+  whole call rolls back and nothing is written.
+- `probe` and `load_scopes` are one statement each (one consistent snapshot).
+
+Faults: an unreachable server at construction raises `DatabaseUnavailableError` naming the
+URL (password masked). A connection the server closed (restart, `pg_terminate_backend`) is
+noticed before use by a zero-cost socket check and replaced; a read that still fails on a
+dead connection is retried once on a fresh one. A commit whose connection dies mid-flight
+is checked on a fresh connection (its rows carry the commit's exact timestamp): if it landed
+its result is returned, otherwise it is sent once more, so it is applied exactly once. A
+pool with every connection busy waits `pool_timeout` seconds, then raises.
+
+Schema changes are a list of migrations (index + 1 = version) recorded in
+`<schema>.schema_migrations` and applied under `pg_advisory_xact_lock`, so processes that
+start together do not race; a database newer than this code raises `SchemaVersionError`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from statewise.db import _codec
+from statewise.db import _pg_sql as Q
+from statewise.db._pg_rows import is_dead as _is_dead
+from statewise.db._pg_rows import reason as _reason
+from statewise.db._pg_rows import run_from_row as _run_from_row
+from statewise.db._pg_rows import session_from_row as _session_from_row
+from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.url import mask_password
+from statewise.exceptions import (
+    CorruptRecordError,
+    DatabaseUnavailableError,
+    MissingDependencyError,
+    SchemaVersionError,
+    StorageError,
+)
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError("psycopg", "postgres") from exc
+
+T = TypeVar("T")
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_LOCK_CLASS = 0x5357  # "SW": first key of the advisory lock, the schema's hash is the second
+_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+class PostgresDb(BaseDb):
+    """Sessions in PostgreSQL (or anything speaking its protocol), inside `schema`."""
+
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        schema: str = "statewise",
+        pool_size: int = 10,
+        pool_timeout: float = 10.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        if not _SCHEMA_RE.match(schema):
+            raise StorageError(
+                f"schema must be lowercase letters, digits and '_' (at most 63), not {schema!r}"
+            )
+        if pool_size < 1:
+            raise StorageError(f"pool_size must be at least 1, not {pool_size}")
+        self.db_url = db_url.replace("postgresql+psycopg://", "postgresql://", 1)
+        self.schema = schema
+        self.pool_size = pool_size
+        self.pool_timeout = pool_timeout
+        self.connect_timeout = connect_timeout
+        self._s = f'"{schema}"'
+        self._closed = False
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout)),
+        }
+        try:
+            first = psycopg.connect(self.db_url, **kwargs)
+        except psycopg.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL at {self.url_masked}: {_reason(exc)}"
+            ) from exc
+        try:
+            self._migrate(first)
+        finally:
+            first.close()
+        self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+            self.db_url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=kwargs,
+            timeout=pool_timeout,
+            open=False,
+            name=f"statewise-{schema}",
+        )
+        self._pool.open(wait=False)
+
+    @property
+    def url_masked(self) -> str:
+        return mask_password(self.db_url)
+
+    def __repr__(self) -> str:
+        return f"PostgresDb(db_url={self.url_masked!r}, schema={self.schema!r})"
+
+    # ---- migrations ----------------------------------------------------------------------
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        s = self._s
+        steps = Q.migrations(s)
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.schema)
+                )
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+                    f"version integer PRIMARY KEY, applied_at double precision NOT NULL)"
+                )
+                row = conn.execute(
+                    f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
+                ).fetchone()
+                current = int(row[0]) if row else 0
+                if current > len(steps):
+                    raise SchemaVersionError(
+                        f"PostgreSQL schema {self.schema!r} at {self.url_masked} has schema "
+                        f"version {current}, newer than this statewise ({len(steps)}); "
+                        f"upgrade statewise (nothing was changed)"
+                    )
+                for version in range(current, len(steps)):
+                    conn.execute(steps[version])
+                    conn.execute(
+                        f"INSERT INTO {s}.schema_migrations (version, applied_at) VALUES (%s, %s)",
+                        (version + 1, time.time()),
+                    )
+        except psycopg.Error as exc:
+            raise DatabaseUnavailableError(
+                f"cannot prepare schema {self.schema!r} in PostgreSQL at {self.url_masked}: "
+                f"{_reason(exc)}"
+            ) from exc
+
+    # ---- connections ---------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
+        for _ in range(self.pool_size + 1):
+            try:
+                conn = self._pool.getconn(timeout=self.pool_timeout)
+            except PoolTimeout as exc:
+                raise self._pool_error() from exc
+            if _is_dead(conn):
+                conn.close()  # the pool replaces closed connections when they come back
+                self._pool.putconn(conn)
+                continue
+            break
+        else:  # pragma: no cover - every pooled connection was dead and so was the new one
+            raise DatabaseUnavailableError(f"PostgreSQL at {self.url_masked} keeps dropping us")
+        try:
+            yield conn
+        finally:
+            self._pool.putconn(conn)
+
+    def _pool_error(self) -> DatabaseUnavailableError:
+        stats = self._pool.get_stats()
+        if stats.get("pool_size", 0) >= self.pool_size and not stats.get("pool_available"):
+            return DatabaseUnavailableError(
+                f"the pool of {self.pool_size} PostgreSQL connections to {self.url_masked} is "
+                f"exhausted: none was free after {self.pool_timeout:g} s (raise pool_size, or "
+                f"look for connections held too long)"
+            )
+        return DatabaseUnavailableError(
+            f"cannot get a connection to PostgreSQL at {self.url_masked} within "
+            f"{self.pool_timeout:g} s: the server is unreachable or refusing connections"
+        )
+
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run an idempotent read; on a dropped connection, once more on a fresh one."""
+        for attempt in (1, 2):
+            with self._connection() as conn:
+                try:
+                    return fn(conn)
+                except psycopg.OperationalError as exc:
+                    if attempt == 2 or not (conn.broken or conn.closed):
+                        raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _transaction(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self._connection() as conn:
+            try:
+                with conn.transaction():
+                    return fn(conn)
+            except psycopg.OperationalError as exc:
+                raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        return DatabaseUnavailableError(f"PostgreSQL at {self.url_masked}: {_reason(exc)}")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._pool.close()
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        row = self._read(
+            lambda c: c.execute(
+                Q.probe_query(self._s),
+                (session_id, [k.kind for k in keys], [k.id for k in keys]),
+            ).fetchone()
+        )
+        assert row is not None
+        versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
+        return (_session_from_row(row) if row[0] is not None else None), versions
+
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        rows = self._read(
+            lambda c: c.execute(
+                Q.load_query(self._s), ([k.kind for k in keys], [k.id for k in keys])
+            ).fetchall()
+        )
+        found = {ScopeKey(r[0], r[1]): r for r in rows}
+        result: dict[ScopeKey, ScopeState] = {}
+        for key in keys:
+            row = found.get(key)
+            if row is None:
+                result[key] = ScopeState(key=key)
+                continue
+            _k, _i, version, snapshot_version, snapshot_bytes, tail_bytes, state, dv, ds = row
+            data = replay_scope(
+                key, snapshot_version, state, zip(dv or [], ds or [], strict=False), version
+            )
+            result[key] = ScopeState(
+                key=key,
+                version=version,
+                data=data,
+                snapshot_version=snapshot_version,
+                snapshot_bytes=snapshot_bytes,
+                tail_bytes=tail_bytes,
+            )
+        return result
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        sql = (
+            f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
+            f"FROM {self._s}.deltas WHERE kind = %s AND scope_id = %s AND version > %s"
+        )
+        params: list[Any] = [key.kind, key.id, after_version]
+        if upto_version is not None:
+            sql += " AND version <= %s"
+            params.append(upto_version)
+        sql += " ORDER BY version"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+        return [decode_delta_row(key, *row) for row in rows]
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        row = self._read(
+            lambda c: c.execute(
+                f"SELECT version, state FROM {self._s}.snapshots WHERE kind = %s "
+                f"AND scope_id = %s AND version <= %s ORDER BY version DESC LIMIT 1",
+                (key.kind, key.id, at_or_before),
+            ).fetchone()
+        )
+        if row is None:
+            return 0, {}
+        try:
+            data = _codec.loads(row[1])
+        except ValueError as exc:
+            raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not JSON") from exc
+        if not isinstance(data, dict):
+            raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not an object")
+        return int(row[0]), data
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        sql = (
+            f"SELECT seq, run_id, type, data, created_at FROM {self._s}.events "
+            f"WHERE session_id = %s"
+        )
+        params: list[Any] = [session_id]
+        if after is not None:
+            sql += " AND seq > %s"
+            params.append(after)
+        if before is not None:
+            sql += " AND seq < %s"
+            params.append(before)
+        if types:
+            sql += " AND type = ANY(%s::text[])"
+            params.append(list(types))
+        newest_first = limit is not None and after is None
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+        if newest_first:
+            rows.reverse()
+        events = []
+        for seq, run_id, type_, data, created_at in rows:
+            try:
+                decoded = _codec.loads(data)
+            except ValueError as exc:
+                raise CorruptRecordError(
+                    f"session {session_id!r}: event {seq} is not JSON"
+                ) from exc
+            events.append(
+                EventRecord(
+                    session_id=session_id,
+                    seq=seq,
+                    run_id=run_id,
+                    type=type_,
+                    data=decoded,
+                    created_at=created_at,
+                )
+            )
+        return events
+
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs WHERE session_id = %s"
+        params: list[Any] = [session_id]
+        if status is not None:
+            sql += " AND status = %s"
+            params.append(status)
+        sql += " ORDER BY created_at DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+        return [_run_from_row(session_id, row) for row in reversed(rows)]
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
+        row = self._read(
+            lambda c: c.execute(
+                f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs WHERE session_id = %s AND run_id = %s",
+                (session_id, run_id),
+            ).fetchone()
+        )
+        return _run_from_row(session_id, row) if row else None
+
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        sql = f"SELECT {Q.SESSION_COLUMNS} FROM {self._s}.sessions WHERE true"
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " AND user_id = %s"
+            params.append(user_id)
+        if app_name is not None:
+            sql += " AND app_name = %s"
+            params.append(app_name)
+        sql += ' ORDER BY updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
+        params.extend([limit, offset])
+        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+        return [_session_from_row(r) for r in rows]
+
+    # ---- writes --------------------------------------------------------------------------
+
+    def commit(self, commit: Commit) -> CommitResult:
+        from statewise.db._pg_commit import run_commit
+
+        return run_commit(self, commit)
+
+    def delete_session(self, session_id: str) -> bool:
+        validate_id(session_id)
+        return self._transaction(lambda c: self._delete_in(c, [session_id])) > 0
+
+    def _delete_in(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
+        s = self._s
+        found = conn.execute(
+            f"DELETE FROM {s}.sessions WHERE session_id = ANY(%s::text[])", (ids,)
+        ).rowcount
+        for table in ("events", "runs"):
+            conn.execute(f"DELETE FROM {s}.{table} WHERE session_id = ANY(%s::text[])", (ids,))
+        for table in ("deltas", "snapshots", "scopes"):
+            conn.execute(
+                f"DELETE FROM {s}.{table} WHERE kind = 'session' AND scope_id = ANY(%s::text[])",
+                (ids,),
+            )
+        return found
+
+    def prune_sessions(
+        self, *, older_than: float | timedelta | datetime, user_id: str | None = None
+    ) -> int:
+        cutoff = to_timestamp_cutoff(older_than, time.time())
+
+        def prune(conn: psycopg.Connection[Any]) -> int:
+            sql = f"SELECT session_id FROM {self._s}.sessions WHERE updated_at < %s"
+            params: list[Any] = [cutoff]
+            if user_id is not None:
+                sql += " AND user_id = %s"
+                params.append(user_id)
+            # Lock the rows, so a session committed to meanwhile is not pruned.
+            ids = [r[0] for r in conn.execute(sql + " FOR UPDATE", params).fetchall()]
+            return self._delete_in(conn, ids) if ids else 0
+
+        return self._transaction(prune)
+
+    def import_records(
+        self,
+        session: SessionRecord,
+        deltas: Sequence[DeltaRecord],
+        events: Sequence[EventRecord],
+        runs: Sequence[RunRecord],
+    ) -> None:
+        from statewise.db._pg_commit import import_in
+
+        try:
+            self._transaction(lambda c: import_in(self._s, c, session, deltas, events, runs))
+        except pg_errors.UniqueViolation as exc:
+            raise StorageError(
+                f"cannot import session {session.session_id!r}: it already exists"
+            ) from exc
+
+
+__all__ = ["PostgresDb"]

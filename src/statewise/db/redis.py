@@ -1,0 +1,375 @@
+"""Redis storage: sessions shared by many processes and machines through one Redis.
+
+A commit is one `EVALSHA` of a Lua script (`_redis_lua.COMMIT`): it checks the session
+and every scope version, then appends deltas, snapshots and events, allocates the event
+sequence numbers, upserts the run and updates the session indexes, atomically (Redis runs
+a script alone). A lost race writes nothing. Each commit carries a token, so a retry after
+a lost reply (redis-py retries on connection errors) returns the first result instead of
+applying the commit twice. Needs Redis >= 7.
+
+Key layout (`P` is `{prefix}`, braces included: the whole prefix is the hash tag)::
+
+    P:s:<sid>                   hash  session fields, last_seq, run counter, last commit token
+    P:sessions                  zset  every session, score -updated_at (newest first, ties by id)
+    P:by_user:<uid>             zset  the user's sessions, same score
+    P:by_app:<app>              zset  the app's sessions, same score
+    P:scope:<kind>:<id>         hash  version, snapshot_version, snapshot_bytes, tail_bytes
+    P:dseg:<kind>:<id>          hash  version -> delta segments (JSON text)
+    P:dmeta:<kind>:<id>         hash  version -> [session_id, run_id, step, conflicts, created_at]
+    P:snap:<kind>:<id>          hash  version -> snapshot (JSON text)
+    P:snapv:<kind>:<id>         zset  snapshot versions
+    P:ev:<sid> / P:evm:<sid>    hash  seq -> event data / [type, run_id, created_at]
+    P:runs:<sid>                hash  "<field>:<run_id>" -> value (one hash for all runs)
+    P:runord:<sid>              zset  score created_at, member "<12-digit order><run_id>"
+
+Ids are used verbatim inside key names (Redis keys are binary-safe), so no id can collide
+with another: the part after the last fixed `:` is always one whole id.
+
+Redis Cluster: every key shares the hash tag `{prefix}`, so all of one prefix lives in ONE
+slot: commits that touch a session, its `user:` and `app:` scopes and the global session
+index stay single-slot and atomic, and it works on Cluster (pass a `RedisCluster` as
+`client=`). The price is honest: one prefix does not spread across shards. Spread load by
+giving each app (or tenant) its own prefix; each prefix then lands in its own slot. A
+per-session hash tag would spread sessions, but a commit touching a shared `user:`/`app:`
+scope or the session index would then be cross-slot, which a Lua script cannot do.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from statewise.db import _codec
+from statewise.db import _redis_lua as lua
+from statewise.db._redis_keys import Keys, corrupt, dec
+from statewise.db.base import BaseDb, validate_id
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.url import mask_password
+from statewise.exceptions import (
+    DatabaseUnavailableError,
+    MissingDependencyError,
+    StorageError,
+    VersionConflict,
+)
+
+try:
+    import redis
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError("redis", "redis") from exc
+
+
+class RedisDb(BaseDb):
+    """Sessions in Redis under `prefix` (the Cluster hash tag; see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "statewise",
+        client: Any = None,
+        connect_timeout: float = 5.0,
+        socket_timeout: float | None = 30.0,
+    ) -> None:
+        if not prefix or any(c in prefix for c in "{}"):
+            raise StorageError(f"prefix must be non-empty and without braces, not {prefix!r}")
+        self.url = url
+        self.prefix = prefix
+        self.keys = Keys(prefix)
+        self._closed = False
+        self._own_client = client is None
+        self.client: Any = client or redis.Redis.from_url(
+            url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout
+        )
+        try:
+            info = self.client.info("server")
+        except redis.RedisError as exc:
+            raise DatabaseUnavailableError(
+                f"cannot connect to Redis at {mask_password(url)}: {exc}"
+            ) from exc
+        major = int(str(info.get("redis_version", "0")).split(".")[0])
+        if major < 7:
+            raise DatabaseUnavailableError(
+                f"Redis at {mask_password(url)} is version {info.get('redis_version')}; "
+                f"statewise needs Redis 7 or newer"
+            )
+        self._commit_script = self.client.register_script(lua.COMMIT)
+        self._load_script = self.client.register_script(lua.LOAD)
+
+    def __repr__(self) -> str:
+        return f"RedisDb(url={mask_password(self.url)!r}, prefix={self.prefix!r})"
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._own_client:
+                self.client.close()
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
+        try:
+            return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise DatabaseUnavailableError(
+                f"Redis at {mask_password(self.url)} failed during {what}: {exc}"
+            ) from exc
+        except redis.RedisError as exc:
+            raise StorageError(f"Redis {what} failed: {exc}") from exc
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(self.keys.session(session_id))
+        for key in keys:
+            pipe.hget(self.keys.scope(key), "version")
+        found = self._call("probe", pipe.execute)
+        record = self.keys.session_record(session_id, found[0]) if found[0] else None
+        return record, {k: int(v or 0) for k, v in zip(keys, found[1:], strict=True)}
+
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        names = [
+            n for k in keys for n in (self.keys.scope(k), self.keys.dseg(k), self.keys.snap(k))
+        ]
+        rows = self._call("load", self._load_script, keys=names) if keys else []
+        result = {}
+        for key, row in zip(keys, rows, strict=True):
+            version, sv, sbytes, tbytes, snapshot, *segments = row
+            deltas = zip(range(sv + 1, version + 1), segments, strict=False)
+            data = replay_scope(key, sv, snapshot or None, deltas, version) if version else {}
+            result[key] = ScopeState(
+                key=key,
+                version=version,
+                data=data,
+                snapshot_version=sv,
+                snapshot_bytes=sbytes,
+                tail_bytes=tbytes,
+            )
+        return result
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        current = int(self._call("read", self.client.hget, self.keys.scope(key), "version") or 0)
+        last = current if upto_version is None else min(upto_version, current)
+        versions = list(range(after_version + 1, last + 1))[: limit if limit is not None else None]
+        if not versions:
+            return []
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hmget(self.keys.dseg(key), versions)
+        pipe.hmget(self.keys.dmeta(key), versions)
+        segments, metas = self._call("read", pipe.execute)
+        out = []
+        for version, seg, meta in zip(versions, segments, metas, strict=True):
+            if seg is None and meta is None:
+                continue
+            try:
+                sid, run_id, step, conflicts, created = _codec.loads(meta)
+            except (ValueError, TypeError) as exc:
+                raise corrupt(f"{key}: the delta at version {version} is corrupt") from exc
+            out.append(
+                decode_delta_row(
+                    key, version, sid, run_id, step, seg or b"", conflicts, float(created)
+                )
+            )
+        return out
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        found = self._call(
+            "read", self.client.zrevrangebyscore, self.keys.snapv(key), at_or_before, "-inf", 0, 1
+        )
+        if not found:
+            return 0, {}
+        version = int(found[0])
+        text = self._call("read", self.client.hget, self.keys.snap(key), version)
+        try:
+            data = _codec.loads(text)
+        except (ValueError, TypeError) as exc:
+            raise corrupt(f"{key}: snapshot at version {version} is not JSON") from exc
+        if not isinstance(data, dict):
+            raise corrupt(f"{key}: snapshot at version {version} is not an object")
+        return version, data
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        from statewise.db._redis_admin import read_events
+
+        return read_events(self, session_id, after, before, limit, types)
+
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        from statewise.db._redis_admin import read_runs
+
+        return read_runs(self, session_id, limit, status)
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
+        from statewise.db._redis_admin import get_runs
+
+        return get_runs(self, session_id, [run_id])[0]
+
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        from statewise.db._redis_admin import list_sessions
+
+        return list_sessions(self, user_id, app_name, limit, offset)
+
+    # ---- writes --------------------------------------------------------------------------
+
+    def commit(self, commit: Commit) -> CommitResult:
+        now = time.time()
+        keys, args = self._commit_args(commit, now)
+        reply = self._call("commit", self._commit_script, keys=keys, args=args)
+        if reply[0] == 0:
+            sid = commit.session.session_id
+            if dec(reply[1]) == "session":
+                raise VersionConflict(f"session {sid!r}", int(reply[2]), None)
+            write = commit.writes[int(reply[2]) - 1]
+            actual = int(reply[3])
+            raise VersionConflict(
+                str(write.key), write.base_version, None if actual < 0 else actual
+            )
+        last_seq = int(reply[1])
+        return CommitResult(
+            versions={w.key: w.base_version + 1 for w in commit.writes},
+            first_seq=last_seq - len(commit.events) + 1,
+            last_seq=last_seq,
+            committed_at=now,
+        )
+
+    def _commit_args(self, commit: Commit, now: float) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the COMMIT script; all encoding happens here, before any I/O."""
+        k, s = self.keys, commit.session
+        sid = s.session_id
+        stamp = repr(now)
+        blobs: list[Any] = []
+
+        def blob(value: str | bytes) -> int:
+            blobs.append(value)
+            return len(blobs) + 1  # ARGV[1] is the header
+
+        header: dict[str, Any] = {
+            "sid": sid,
+            "create": commit.create_session,
+            "kind": s.kind,
+            "now": stamp,
+            "score": repr(-now),
+            "token": uuid.uuid4().hex,
+            "n_events": len(commit.events),
+            "metadata": blob(_codec.dumps(s.metadata)),
+            "writes": [],
+            "events": [],
+        }
+        if s.user_id is not None:
+            header["user_id"] = s.user_id
+        if s.app_name is not None:
+            header["app_name"] = s.app_name
+        keys = [
+            k.session(sid),
+            k.sessions(),
+            k.by_user(s.user_id or ""),
+            k.by_app(s.app_name or ""),
+            k.ev(sid),
+            k.evm(sid),
+            k.runs(sid),
+            k.runord(sid),
+        ]
+        for w in commit.writes:
+            snapshot = _codec.dumps(w.snapshot) if w.snapshot is not None else None
+            meta = [
+                sid,
+                commit.run_id,
+                commit.step,
+                _codec.dumps(w.conflicts) if w.conflicts else None,
+                stamp,
+            ]
+            header["writes"].append(
+                {
+                    "base": w.base_version,
+                    "seg": blob(_codec.dumps([seg.to_dict() for seg in w.segments])),
+                    "meta": blob(_codec.dumps(meta)),
+                    "snap": blob(snapshot) if snapshot is not None else 0,
+                    "dbytes": w.delta_bytes,
+                    "sbytes": len(snapshot) if snapshot else 0,
+                }
+            )
+            keys += [k.scope(w.key), k.dseg(w.key), k.dmeta(w.key), k.snap(w.key), k.snapv(w.key)]
+        for e in commit.events:
+            header["events"].append(
+                [blob(_codec.dumps(e.data)), blob(_codec.dumps([e.type, e.run_id, stamp]))]
+            )
+        if commit.run is not None:
+            r = commit.run
+            run: dict[str, Any] = {
+                "id": r.run_id,
+                "status": r.status,
+                "messages": blob(_codec.dumps(r.messages)),
+                "metrics": blob(_codec.dumps(r.metrics)),
+            }
+            if r.created_at:
+                run["created_at"] = repr(float(r.created_at))
+            for name in ("agent_name", "input", "content", "error"):
+                if getattr(r, name) is not None:
+                    run[name] = getattr(r, name)
+            header["run"] = run
+        return keys, [_codec.dumps(header), *blobs]
+
+    def delete_session(self, session_id: str) -> bool:
+        from statewise.db._redis_admin import delete_sessions
+
+        validate_id(session_id)
+        return delete_sessions(self, [session_id]) > 0
+
+    def prune_sessions(
+        self, *, older_than: float | timedelta | datetime, user_id: str | None = None
+    ) -> int:
+        from statewise.db._redis_admin import prune_sessions
+
+        return prune_sessions(self, older_than, user_id)
+
+    def import_records(
+        self,
+        session: SessionRecord,
+        deltas: Sequence[DeltaRecord],
+        events: Sequence[EventRecord],
+        runs: Sequence[RunRecord],
+    ) -> None:
+        from statewise.db._redis_admin import import_records
+
+        import_records(self, session, deltas, events, runs)
+
+
+__all__ = ["RedisDb"]

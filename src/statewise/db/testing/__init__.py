@@ -1,0 +1,147 @@
+"""The conformance suite every storage backend passes.
+
+A backend plugs in by registering a factory; it then gets every test for free::
+
+    from statewise.db.testing import Harness, register_backend
+
+    register_backend("mydb", my_factory)   # my_factory() -> context manager of a Harness
+
+With pytest, `tests/db/test_conformance.py` runs every case against every registered
+backend (`memory` and `sqlite` are built in; the test suite registers `postgres` and
+`redis`). Without pytest, `run_conformance(factory)` runs them all and raises on the first
+failure.
+
+A `Harness` is one backend under test: an empty database (`db`), a second handle on the
+same storage (`reopen()`, what another process would see), another empty database
+(`new_db()`, for import), and `corrupt(...)`, which writes garbage into one stored record
+through the backend's raw connection so the suite can check that decoding fails loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
+from typing import Literal
+
+from statewise.db.base import BaseDb
+from statewise.db.records import ScopeKey
+
+CorruptTarget = Literal["snapshot", "delta", "event", "run"]
+Factory = Callable[[], AbstractContextManager["Harness"]]
+
+
+class Harness:
+    """One backend under test. Subclasses implement the four hooks; `close` closes every
+    database they handed out."""
+
+    name: str = "?"
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._db: BaseDb | None = None
+
+    @property
+    def db(self) -> BaseDb:
+        if self._db is None:
+            self._db = self.track(self.open_db())
+        return self._db
+
+    def track(self, db: BaseDb) -> BaseDb:
+        self._stack.callback(db.close)
+        return db
+
+    def open_db(self) -> BaseDb:
+        """A fresh, empty database (the one `db` returns)."""
+        raise NotImplementedError
+
+    def reopen(self) -> BaseDb:
+        """Another handle on the storage of `db`, as a second process would open it."""
+        raise NotImplementedError
+
+    def new_db(self) -> BaseDb:
+        """Another empty database, isolated from `db`."""
+        raise NotImplementedError
+
+    def corrupt(
+        self,
+        target: CorruptTarget,
+        *,
+        key: ScopeKey | None = None,
+        session_id: str | None = None,
+        at: int | str = 0,
+    ) -> None:
+        """Overwrite one stored record with bytes that are not JSON: a scope's snapshot or
+        delta at version `at`, a session's event `at` (seq) or run `at` (run id)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_REGISTRY: dict[str, Factory] = {}
+
+
+def register_backend(name: str, factory: Factory) -> None:
+    """Make `name` part of the conformance run. `factory()` returns a context manager that
+    yields a Harness and cleans up after it (drop the schema, delete the keys)."""
+    _REGISTRY[name] = factory
+
+
+def registered_backends() -> dict[str, Factory]:
+    _builtins()
+    return dict(_REGISTRY)
+
+
+def run_conformance(factory: Factory, *, include_store: bool = True) -> int:
+    """Run every case against `factory`'s backend; raise on the first failure. Returns
+    how many cases ran."""
+    count = 0
+    for case in all_cases(include_store=include_store):
+        with factory() as harness:
+            try:
+                case(harness)
+            except Exception as exc:
+                raise AssertionError(
+                    f"{harness.name}: conformance case {case.__name__} failed"
+                ) from exc
+        count += 1
+    return count
+
+
+def all_cases(*, include_store: bool = True) -> list[Callable[[Harness], None]]:
+    from statewise.db.testing import cases, cases_history, store_cases
+
+    assert cases_history.CASES is cases.CASES  # registered into the same list
+
+    found = list(cases.CASES)
+    if include_store:
+        found += store_cases.CASES
+    return found
+
+
+def _builtins() -> None:
+    from statewise.db.testing.harnesses import memory_backend, sqlite_backend
+
+    _REGISTRY.setdefault("memory", memory_backend)
+    _REGISTRY.setdefault("sqlite", sqlite_backend)
+
+
+def iter_backend_names() -> Iterator[str]:
+    yield from registered_backends()
+
+
+__all__ = [
+    "CorruptTarget",
+    "Factory",
+    "Harness",
+    "all_cases",
+    "register_backend",
+    "registered_backends",
+    "run_conformance",
+]

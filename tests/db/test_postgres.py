@@ -1,0 +1,185 @@
+"""PostgresDb beyond the conformance suite: round trips, migrations, faults."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from statewise.db.records import (
+    Commit,
+    DeltaSegment,
+    NewEvent,
+    ScopeKey,
+    ScopeWrite,
+    SessionRecord,
+)
+from statewise.db.testing.cases import setop, write
+from statewise.exceptions import DatabaseUnavailableError, SchemaVersionError
+from tests.db._proxy import RoundTripProxy
+
+pytestmark = pytest.mark.postgres
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture
+def schema(pg_url: str) -> Iterator[str]:
+    name = f"sw_test_{secrets.token_hex(4)}"
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def _db(url: str, schema: str, **kw: object):  # type: ignore[no-untyped-def]
+    from statewise.db.postgres import PostgresDb
+
+    return PostgresDb(url, schema=schema, **kw)  # type: ignore[arg-type]
+
+
+def _commit_ops(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
+    record, versions = db.probe(sid, [ScopeKey("session", sid), ScopeKey("user", "u1")])
+    return Commit(
+        session=record,
+        writes=[
+            ScopeWrite(
+                key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])]
+            )
+            for k, v in versions.items()
+        ],
+        events=[
+            NewEvent(type="state_delta"),
+            NewEvent(type="model_response", data={"x": "y" * 1000}),
+        ],
+    )
+
+
+def test_commit_probe_and_load_are_one_round_trip_each(pg_url: str, schema: str) -> None:
+    proxy = RoundTripProxy(pg_url)
+    try:
+        with _db(proxy.url, schema, pool_size=1) as db:
+            write(db, "s1", setop("a", 0))
+            keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")]
+            trips = []
+            for _ in range(10):
+                commit = _commit_ops(db, "s1")
+                before = proxy.round_trips
+                db.commit(commit)
+                trips.append(proxy.round_trips - before)
+            # psycopg prepares a statement on its 5th use: one extra round trip, once per
+            # connection; every other commit is exactly one.
+            assert trips == [1, 1, 1, 1, 2, 1, 1, 1, 1, 1]
+            before = proxy.round_trips
+            db.probe("s1", keys)
+            assert proxy.round_trips - before == 1
+            before = proxy.round_trips
+            db.load_scopes(keys)
+            assert proxy.round_trips - before == 1
+    finally:
+        proxy.close()
+
+
+def test_commit_whose_answer_is_lost_is_applied_exactly_once(pg_url: str, schema: str) -> None:
+    proxy = RoundTripProxy(pg_url)
+    try:
+        with _db(proxy.url, schema, pool_size=2) as db:
+            write(db, "s1", setop("a", 0))
+            commit = _commit_ops(db, "s1")
+            proxy.cut_after_request = True
+            result = db.commit(commit)  # the server committed; the client never heard back
+            assert not proxy.cut_after_request, "the proxy did not cut the answer"
+            assert result.last_seq == 3 and result.versions[ScopeKey("session", "s1")] == 2
+            assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
+            assert len(db.read_deltas(ScopeKey("session", "s1"))) == 2
+    finally:
+        proxy.close()
+
+
+def test_reconnects_after_the_server_drops_every_connection(pg_url: str, schema: str) -> None:
+    with _db(pg_url, schema, pool_size=3) as db:
+        write(db, "s1", setop("a", 1))
+        pids = [c.info.backend_pid for c in db._pool._pool]  # idle pooled connections
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert db.get_session("s1") is not None  # a read reconnects
+        for c in list(db._pool._pool):
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (c.info.backend_pid,))
+        write(db, "s1", setop("a", 2))  # so does a commit, applied once
+        assert [d.version for d in db.read_deltas(ScopeKey("session", "s1"))] == [1, 2]
+
+
+def test_server_down_at_start_names_the_url_without_password(schema: str) -> None:
+    with pytest.raises(DatabaseUnavailableError) as info:
+        _db("postgresql://bob:hunter2@127.0.0.1:1/test", schema, connect_timeout=2)
+    assert "postgresql://bob:***@127.0.0.1:1/test" in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+def test_exhausted_pool_waits_then_says_so(pg_url: str, schema: str) -> None:
+    with _db(pg_url, schema, pool_size=1, pool_timeout=0.3) as db:
+        with db._connection(), pytest.raises(DatabaseUnavailableError) as info:
+            db.get_session("s1")
+        assert "pool of 1" in str(info.value) and "exhausted" in str(info.value)
+        assert "0.3 s" in str(info.value)
+        assert db.get_session("s1") is None  # usable again once the connection is back
+
+
+def test_concurrent_first_starts_migrate_once(pg_url: str, schema: str) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def start() -> None:
+        try:
+            barrier.wait()
+            _db(pg_url, schema, pool_size=1).close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            f'SELECT version FROM "{schema}".schema_migrations ORDER BY 1'
+        ).fetchall()
+    assert [r[0] for r in rows] == [1, 2]
+
+
+def test_newer_schema_version_is_refused_and_left_alone(pg_url: str, schema: str) -> None:
+    _db(pg_url, schema).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{schema}".schema_migrations VALUES (99, 0)')
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        _db(pg_url, schema)
+    with psycopg.connect(pg_url) as conn:
+        count = conn.execute(f'SELECT count(*) FROM "{schema}".schema_migrations').fetchone()
+    assert count == (3,)
+
+
+def test_async_primitives_and_url_resolution(pg_url: str, schema: str) -> None:
+    import asyncio
+
+    from statewise.db.postgres import PostgresDb
+    from statewise.db.url import db_from_url
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        existed = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'statewise'").fetchone()
+    db = db_from_url(pg_url)
+    try:
+        assert isinstance(db, PostgresDb) and db.schema == "statewise"
+    finally:
+        db.close()
+        if not existed:  # leave the shared test database as we found it
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("DROP SCHEMA statewise CASCADE")
+    with _db(pg_url, schema) as db:
+        write(db, "s1", setop("a", 1))
+        record, versions = asyncio.run(db.aprobe("s1", [ScopeKey("session", "s1")]))
+        assert record is not None and versions == {ScopeKey("session", "s1"): 1}
+        assert isinstance(record, SessionRecord)

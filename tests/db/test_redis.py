@@ -1,0 +1,127 @@
+"""RedisDb beyond the conformance suite: round trips, key layout, faults, idempotent retry."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from statewise.db.records import Commit, DeltaSegment, NewEvent, ScopeKey, ScopeWrite
+from statewise.db.testing.cases import setop, write
+from statewise.exceptions import DatabaseUnavailableError
+from tests.db._proxy import RoundTripProxy
+
+pytestmark = pytest.mark.redis
+redis = pytest.importorskip("redis")
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    name = f"sw-test-{secrets.token_hex(4)}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match="{" + name + "}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def _db(url: str, prefix: str):  # type: ignore[no-untyped-def]
+    from statewise.db.redis import RedisDb
+
+    return RedisDb(url, prefix=prefix)
+
+
+def _commit(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
+    keys = [ScopeKey("session", sid), ScopeKey("user", "u1"), ScopeKey("app", "app")]
+    record, versions = db.probe(sid, keys)
+    return Commit(
+        session=record,
+        writes=[
+            ScopeWrite(
+                key=k, base_version=v, segments=[DeltaSegment(source="t", ops=[setop("a", v)])]
+            )
+            for k, v in versions.items()
+        ],
+        events=[NewEvent(type="state_delta"), NewEvent(type="model_response", data={"x": 1})],
+    )
+
+
+def test_commit_probe_and_load_are_one_round_trip_each(redis_url: str, prefix: str) -> None:
+    proxy = RoundTripProxy(redis_url)
+    try:
+        with _db(proxy.url, prefix) as db:
+            write(db, "s1", setop("a", 0))  # loads the script (EVALSHA, NOSCRIPT, LOAD) once
+            keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")]
+            db.load_scopes(keys)
+            trips = []
+            for _ in range(5):
+                commit = _commit(db, "s1")
+                before = proxy.round_trips
+                db.commit(commit)
+                trips.append(proxy.round_trips - before)
+            assert trips == [1] * 5
+            for read in (lambda: db.probe("s1", keys), lambda: db.load_scopes(keys)):
+                before = proxy.round_trips
+                read()
+                assert proxy.round_trips - before == 1
+    finally:
+        proxy.close()
+
+
+def test_every_key_of_a_prefix_shares_one_cluster_slot(redis_url: str, prefix: str) -> None:
+    with _db(redis_url, prefix) as db:
+        write(db, "s1", setop("a", 1), snapshot={"a": 1})
+        write(db, "s{2}", setop("a", 1), key=ScopeKey("user", "u:x"), user_id="u:x")
+        write(db, "s{2}", setop("b", 1), key=ScopeKey("app", "app"), user_id="u:x")
+        keys = list(db.client.scan_iter(match="{" + prefix + "}*"))
+        assert len(keys) >= 15
+        from redis.crc import key_slot  # the Cluster slot function (CRC16 of the hash tag)
+
+        slots = {key_slot(k) for k in keys}
+        assert len(slots) == 1, "multi-scope commits need every key in one slot"
+
+
+def test_retry_after_a_lost_reply_does_not_apply_twice(redis_url: str, prefix: str) -> None:
+    with _db(redis_url, prefix) as db:
+        write(db, "s1", setop("a", 0))
+        commit = _commit(db, "s1")
+        keys, args = db._commit_args(commit, 1.0)
+        first = db._commit_script(keys=keys, args=args)
+        again = db._commit_script(keys=keys, args=args)  # same token: what a retry sends
+        assert (first[0], again[0], first[1], again[1]) == (1, 2, 3, 3)
+        assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
+        assert db.probe("s1", [ScopeKey("session", "s1")])[1] == {ScopeKey("session", "s1"): 2}
+
+
+def test_reconnects_after_the_server_drops_the_connection(redis_url: str, prefix: str) -> None:
+    with _db(redis_url, prefix) as db:
+        write(db, "s1", setop("a", 1))
+        name = f"sw-kill-{secrets.token_hex(3)}"
+        db.client.client_setname(name)
+        admin = redis.Redis.from_url(redis_url)
+        for client in admin.client_list():
+            if client.get("name") == name:
+                admin.client_kill_filter(_id=client["id"])
+        admin.close()
+        write(db, "s1", setop("a", 2))
+        assert [d.version for d in db.read_deltas(ScopeKey("session", "s1"))] == [1, 2]
+
+
+def test_server_down_at_start_names_the_url_without_password(prefix: str) -> None:
+    with pytest.raises(DatabaseUnavailableError) as info:
+        _db("redis://:hunter2@127.0.0.1:1/0", prefix)
+    assert "redis://:***@127.0.0.1:1/0" in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+def test_url_resolution(redis_url: str) -> None:
+    from statewise.db.redis import RedisDb
+    from statewise.db.url import db_from_url
+
+    db = db_from_url(redis_url)
+    try:
+        assert isinstance(db, RedisDb) and db.prefix == "statewise"
+    finally:
+        db.close()

@@ -83,14 +83,21 @@ def list_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
     return ModelResponse(content=f"You said: {text}")
 
 
-def make_agent(db: Any, name: str = "lister") -> Agent:
+@pytest.fixture(autouse=True)
+def _encryption_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cryptography.fernet import Fernet
+
+    monkeypatch.setenv("STATEWISE_ENCRYPTION_KEY", Fernet.generate_key().decode())
+
+
+def make_agent(db: Any, name: str = "lister", *, secrets: bool = True) -> Agent:
     return Agent(
         name=name,
         model=FunctionModel(list_model, id="list-player"),
         db=db,
         session_state={"items": [], "count": 0},
         tools=[add_item],
-        secret_keys=["api_token"],
+        secret_keys=["api_token"] if secrets else [],
         instructions="Items: {items}",
     )
 

@@ -22,7 +22,7 @@ from tests.server.conftest import LiveServer, make_agent, start_server, stop_ser
 MAX_EXAMPLES = int(os.environ.get("STATEWISE_FUZZ_EXAMPLES", "12"))
 
 
-AGENT = make_agent(InMemoryDb())
+AGENT = make_agent(InMemoryDb(), secrets=False)
 APP = create_app([AGENT])
 schema = schemathesis.openapi.from_dict(APP.openapi())
 

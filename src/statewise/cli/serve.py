@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from statewise.exceptions import ConfigurationError, MissingDependencyError
+from statewise.exceptions import ConfigurationError, MissingDependencyError, StatewiseError
 
 DEMO_TARGET = "statewise.server.demo:build_apps"
 LOOPBACK = "127.0.0.1"
@@ -76,6 +76,22 @@ def load_target(target: str) -> Any:
     return list(unique.values())
 
 
+def _use_db(objects: Any, url: str) -> None:
+    """Point every served object at one database (the same object, so they share it)."""
+    from statewise.db.url import resolve_db
+
+    shared = resolve_db(url)
+    items = (
+        objects.values()
+        if isinstance(objects, dict)
+        else ([objects] if _servable(objects) else list(objects))
+    )
+    for obj in items:
+        if not callable(getattr(obj, "use_db", None)):
+            raise ConfigurationError(f"--db: {type(obj).__name__} cannot change its database")
+        obj.use_db(shared)
+
+
 def serve(
     target: Annotated[
         str,
@@ -90,8 +106,8 @@ def serve(
         str | None,
         typer.Option(
             "--db",
-            help="Database URL for objects built without a db (sets STATEWISE_DB_URL), "
-            "e.g. sqlite:///tmp/agents.db or postgresql://...",
+            help="Database URL to use instead of the objects' own db= "
+            "(sqlite:///file.db, memory://, postgresql://..., redis://...).",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
@@ -113,8 +129,10 @@ def serve(
     try:
         keys = KeyRing()
         objects = load_target(target)
+        if db:
+            _use_db(objects, db)
         app = create_app(objects)
-    except ConfigurationError as exc:
+    except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)
         raise typer.Exit(2) from exc
     if not keys.enabled:

@@ -364,6 +364,11 @@ def get_diff(
 class RollbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     to: int | str = Field(description="A state version, or a run id (the state after it)")
+    include_shared: bool = Field(
+        default=False,
+        description="Also bring the session's user: and app: scopes back (shared with "
+        "other sessions)",
+    )
 
 
 @router.post("/v1/sessions/{session_id}/rollback", summary="Bring the state back, as a new commit")
@@ -374,7 +379,7 @@ def rollback(
     to = _version_ref(body.to, "to")
     assert to is not None
     _check_version(served, session_id, to, "to")
-    served.obj.rollback_state(session_id, to=to)
+    served.obj.rollback_state(session_id, to=to, include_shared=body.include_shared)
     state = served.obj.get_session_state(session_id)
     return _state_body(served, session_id, state, session_version(served.obj, session_id))
 

@@ -1,0 +1,113 @@
+"""Bearer API keys: each key maps to a user_id; admin keys see every session.
+
+Keys come from `create_app(api_keys=..., admin_keys=...)` or, when neither is given, from
+the environment: `STATEWISE_API_KEYS="key1=alice,key2=bob"` and
+`STATEWISE_ADMIN_KEYS="key3=ops"` (an admin key without `=user` acts as user "admin").
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from statewise.db.base import validate_id
+from statewise.db.records import SessionRecord
+from statewise.exceptions import ConfigurationError
+from statewise.server._errors import Problem
+
+ADMIN_USER = "admin"
+
+KeySpec = Mapping[str, str] | Sequence[str] | str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a user, an admin, or anyone (no keys configured)."""
+
+    user_id: str | None
+    admin: bool
+
+    def can_see(self, record: SessionRecord) -> bool:
+        return self.admin or (record.user_id is not None and record.user_id == self.user_id)
+
+
+OPEN = Principal(user_id=None, admin=True)
+
+
+def parse_keys(spec: KeySpec, default_user: str | None = None) -> dict[str, str]:
+    """`{"key": "user"}`, `["key=user", ...]` or `"key=user,key2=user2"` -> {key: user}."""
+    if spec is None:
+        return {}
+    if isinstance(spec, Mapping):
+        items = list(spec.items())
+    else:
+        entries = spec.split(",") if isinstance(spec, str) else list(spec)
+        items = []
+        for entry in entries:
+            entry = entry.strip()
+            if not entry:
+                continue
+            key, sep, user = entry.partition("=")
+            if not sep:
+                if default_user is None:
+                    raise ConfigurationError(
+                        f"API key entry {entry[:4]}... has no user: write it as key=user_id"
+                    )
+                user = default_user
+            items.append((key.strip(), user.strip()))
+    keys: dict[str, str] = {}
+    for key, user in items:
+        if len(key) < 8:
+            raise ConfigurationError("API keys must be at least 8 characters long")
+        validate_id(user, "user_id")
+        keys[key] = user
+    return keys
+
+
+class KeyRing:
+    def __init__(self, api_keys: KeySpec = None, admin_keys: KeySpec = None) -> None:
+        if api_keys is None and admin_keys is None:
+            api_keys = os.environ.get("STATEWISE_API_KEYS") or None
+            admin_keys = os.environ.get("STATEWISE_ADMIN_KEYS") or None
+        self._users = parse_keys(api_keys)
+        self._admins = parse_keys(admin_keys, default_user=ADMIN_USER)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._users or self._admins)
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        if not self.enabled:
+            return OPEN
+        challenge = {"WWW-Authenticate": 'Bearer realm="statewise"'}
+        if not authorization:
+            raise Problem(
+                401,
+                "this server needs an API key: send it as 'Authorization: Bearer <key>'",
+                title="Authentication required",
+                headers=challenge,
+            )
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Problem(
+                401,
+                "the Authorization header must be 'Bearer <key>'",
+                title="Authentication required",
+                headers=challenge,
+            )
+        found: Principal | None = None
+        # Compare against every key, so timing does not tell how much of a key matched.
+        for key, user in self._admins.items():
+            if hmac.compare_digest(key.encode(), token.encode()):
+                found = Principal(user_id=user, admin=True)
+        for key, user in self._users.items():
+            if hmac.compare_digest(key.encode(), token.encode()):
+                found = found or Principal(user_id=user, admin=False)
+        if found is None:
+            raise Problem(
+                401, "the API key is not valid", title="Invalid API key", headers=challenge
+            )
+        return found

@@ -1,0 +1,131 @@
+"""The agents, teams and workflows a server serves, and which one owns a session."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewise.db.base import BaseDb
+from statewise.db.records import SessionRecord
+from statewise.db.store import StateStore
+from statewise.exceptions import ConfigurationError
+
+KINDS = ("agents", "teams", "workflows")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
+
+
+def kind_of(obj: Any) -> str:
+    """'agents', 'teams' or 'workflows', from the object's `_kind` ("agent", ...)."""
+    kind = f"{getattr(obj, '_kind', 'agent')}s"
+    if kind not in KINDS:
+        raise ConfigurationError(f"cannot serve {obj!r}: unknown kind {kind!r}")
+    return kind
+
+
+@dataclass(eq=False)
+class Served:
+    kind: str
+    name: str
+    obj: Any
+    default_user: str | None = None
+
+    @property
+    def store(self) -> StateStore:
+        store: StateStore = self.obj._store
+        return store
+
+    @property
+    def db(self) -> BaseDb:
+        return self.store.db
+
+    @property
+    def app_name(self) -> str | None:
+        return getattr(self.obj, "app_name", None)
+
+    @property
+    def secret_keys(self) -> frozenset[str]:
+        return self.store.secret_keys
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "app_name": self.app_name,
+            "description": getattr(self.obj, "description", None),
+            "runs_url": f"/v1/{self.kind}/{self.name}/runs",
+        }
+
+
+@dataclass
+class Registry:
+    served: dict[tuple[str, str], Served] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, apps: Sequence[Any] | Mapping[str, Any]) -> Registry:
+        items: list[tuple[str | None, Any]]
+        if isinstance(apps, Mapping):
+            items = list(apps.items())
+        elif hasattr(apps, "arun"):
+            items = [(None, apps)]
+        else:
+            items = [(None, obj) for obj in apps]
+        if not items:
+            raise ConfigurationError("create_app needs at least one agent, team or workflow")
+        registry = cls()
+        for name, obj in items:
+            if not (hasattr(obj, "arun") and hasattr(obj, "_store")):
+                raise ConfigurationError(
+                    f"cannot serve {obj!r}: expected an Agent, Team or Workflow"
+                )
+            name = name or getattr(obj, "name", None)
+            if not name:
+                raise ConfigurationError(
+                    f"{obj!r} has no name: give it name=... or pass a mapping of name -> object"
+                )
+            if not _NAME.match(name):
+                slug = re.sub(r"[^A-Za-z0-9._~-]+", "-", name).strip("-")
+                if not slug:
+                    raise ConfigurationError(f"cannot make a URL name out of {name!r}")
+                name = slug
+            kind = kind_of(obj)
+            if (kind, name) in registry.served:
+                raise ConfigurationError(f"two {kind} are named {name!r}")
+            registry.served[(kind, name)] = Served(
+                kind=kind, name=name, obj=obj, default_user=getattr(obj, "user_id", None)
+            )
+        return registry
+
+    def get(self, kind: str, name: str) -> Served | None:
+        return self.served.get((kind, name))
+
+    def all(self) -> list[Served]:
+        return list(self.served.values())
+
+    def databases(self) -> list[tuple[BaseDb, Served]]:
+        """Each distinct database once, with the first object served on it."""
+        seen: dict[int, tuple[BaseDb, Served]] = {}
+        for served in self.served.values():
+            seen.setdefault(id(served.db), (served.db, served))
+        return list(seen.values())
+
+    def find_session(self, session_id: str) -> tuple[SessionRecord, Served] | None:
+        """The session's record and the served object that owns it (same app and kind),
+        else any object on the same database."""
+        for db, first in self.databases():
+            record = db.get_session(session_id)
+            if record is None:
+                continue
+            for served in self.served.values():
+                if (
+                    served.db is db
+                    and served.app_name == record.app_name
+                    and served.kind == f"{record.kind}s"
+                ):
+                    return record, served
+            for served in self.served.values():
+                if served.db is db and served.app_name == record.app_name:
+                    return record, served
+            return record, first
+        return None

@@ -1,0 +1,139 @@
+"""`POST /v1/{kind}/{name}/runs`: a run as one JSON result, or its events as SSE."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from statewise.db.base import validate_id
+from statewise.server._auth import Principal
+from statewise.server._deps import get_principal, get_registry
+from statewise.server._errors import Problem, log, problem_for
+from statewise.server._registry import Registry, Served
+from statewise.server._serialize import event_json, output_json, sse
+
+Kind = Literal["agents", "teams", "workflows"]
+MAX_INPUT_CHARS = 100_000
+
+
+class RunBody(BaseModel):
+    """A run request. Leave `session_id` out to start a new session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(max_length=MAX_INPUT_CHARS, description="The user's message.")
+    session_id: str | None = Field(
+        default=None, min_length=1, max_length=256, description="Continue this session."
+    )
+    user_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="Run as this user (admins only when keys are configured).",
+    )
+    session_state: dict[str, Any] | None = Field(
+        default=None, description="Merged into the session's state before the run."
+    )
+
+
+router = APIRouter(tags=["runs"])
+
+
+def _served(registry: Registry, kind: str, name: str) -> Served:
+    served = registry.get(kind, name)
+    if served is None:
+        known = ", ".join(f"{s.kind}/{s.name}" for s in registry.all())
+        raise Problem(404, f"no {kind[:-1]} named {name!r} here; this server serves: {known}")
+    return served
+
+
+def _user_for(principal: Principal, requested: str | None, served: Served) -> str | None:
+    if requested is not None:
+        validate_id(requested, "user_id")
+        if not principal.admin and requested != principal.user_id:
+            raise Problem(
+                403,
+                f"this API key runs as user {principal.user_id!r}; it cannot run as {requested!r}",
+            )
+        return requested
+    if principal.user_id is not None:
+        return principal.user_id
+    return served.default_user
+
+
+async def _start(
+    served: Served, body: RunBody, session_id: str, user_id: str | None, stream: bool
+) -> Any:
+    obj = served.obj
+    if user_id is None and hasattr(obj, "user_id"):
+        # The façade remembers the last run's user; a run without one must not inherit it.
+        # Nothing awaits between this and the run reading it.
+        obj.user_id = None
+    return await obj.arun(
+        body.input,
+        session_id=session_id,
+        user_id=user_id,
+        session_state=body.session_state,
+        stream=stream,
+    )
+
+
+@router.post(
+    "/v1/{kind}/{name}/runs",
+    summary="Run an agent, team or workflow",
+    responses={
+        200: {
+            "description": "The run's result, or its events as Server-Sent Events",
+            "content": {"application/json": {}, "text/event-stream": {}},
+        }
+    },
+)
+async def create_run(
+    body: RunBody,
+    request: Request,
+    kind: Annotated[Kind, Path(description="agents, teams or workflows")],
+    name: Annotated[str, Path(max_length=128)],
+    registry: Annotated[Registry, Depends(get_registry)],
+    principal: Annotated[Principal, Depends(get_principal)],
+    accept: Annotated[str | None, Header()] = None,
+) -> Any:
+    served = _served(registry, kind, name)
+    user_id = _user_for(principal, body.user_id, served)
+    session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
+    found = await run_in_threadpool(registry.find_session, session_id)
+    if found is not None:
+        if not principal.can_see(found[0]):
+            raise Problem(404, f"no session {session_id!r}", title="Session not found")
+        if body.user_id is None:
+            user_id = found[0].user_id  # the session keeps its owner
+    secrets = served.secret_keys
+    if "text/event-stream" in (accept or ""):
+        events = await _start(served, body, session_id, user_id, stream=True)
+        return StreamingResponse(
+            _stream(events, secrets),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    output = await _start(served, body, session_id, user_id, stream=False)
+    data = await run_in_threadpool(output_json, output, secrets)
+    return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
+
+
+async def _stream(events: AsyncIterator[Any], secrets: frozenset[str]) -> AsyncIterator[bytes]:
+    n = 0
+    try:
+        async for event in events:
+            n += 1
+            data = event_json(event, secrets)
+            yield sse(data["event"], data, n)
+    except Exception as exc:
+        problem = problem_for(exc)
+        if problem.status >= 500:
+            log.error("streamed run failed", exc_info=exc)
+        yield sse("error", problem.to_dict(), n + 1)

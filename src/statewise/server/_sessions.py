@@ -1,0 +1,445 @@
+"""Sessions: list, read, delete; state read and version-checked writes; events, history,
+diffs, rollback, fork and export. Other users' sessions answer 404, as if absent.
+
+The routes are plain functions: FastAPI runs them in its thread pool, so a database that
+blocks (PostgreSQL, Redis) never stalls the event loop that streams runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from statewise.agent.sessions import (
+    merge_patch_session_state,
+    replace_session_state,
+    session_version,
+)
+from statewise.db.base import validate_id
+from statewise.db.records import RunRecord, ScopeKey, SessionRecord
+from statewise.server._auth import Principal
+from statewise.server._deps import get_principal, get_registry
+from statewise.server._errors import Problem
+from statewise.server._registry import Registry, Served
+from statewise.server._serialize import (
+    jsonable,
+    redact_changes,
+    redact_export_line,
+    redact_ops,
+    redact_state,
+    refine_list_changes,
+)
+
+router = APIRouter(tags=["sessions"])
+
+SessionId = Annotated[str, PathParam(min_length=1, max_length=256)]
+Reg = Annotated[Registry, Depends(get_registry)]
+Who = Annotated[Principal, Depends(get_principal)]
+MAX_PAGE = 1000
+
+
+def _session(
+    registry: Registry, principal: Principal, session_id: str
+) -> tuple[SessionRecord, Served]:
+    validate_id(session_id)
+    found = registry.find_session(session_id)
+    if found is None or not principal.can_see(found[0]):
+        raise Problem(404, f"no session {session_id!r}", title="Session not found")
+    return found
+
+
+def _state_body(
+    served: Served, session_id: str, state: dict[str, Any], version: int
+) -> JSONResponse:
+    return JSONResponse(
+        {
+            "session_id": session_id,
+            "version": version,
+            "state": redact_state(state, served.secret_keys),
+        },
+        headers={"ETag": f'"{version}"'},
+    )
+
+
+def _parse_if_match(value: str | None) -> int | None:
+    if value is None or value.strip() == "*":
+        return None
+    match = re.fullmatch(r'\s*(?:W/)?"?(\d{1,18})"?\s*', value)
+    if not match:
+        raise Problem(
+            400,
+            f'If-Match must be a state version such as "3" (as the ETag header gives it), '
+            f"got {value[:40]!r}",
+            title="Bad If-Match header",
+        )
+    return int(match.group(1))
+
+
+def _version_ref(value: int | str | None, what: str) -> int | str | None:
+    """A version number or a run id, as the query string or body gives it."""
+    if value is None or isinstance(value, int):
+        if isinstance(value, int) and value < 0:
+            raise Problem(422, f"{what} must be a version >= 0 or a run id, got {value}")
+        return value
+    if value.isdigit() and len(value) < 19:
+        return int(value)
+    validate_id(value, what)
+    return value
+
+
+def _check_version(served: Served, session_id: str, ref: int | str | None, what: str) -> None:
+    if isinstance(ref, int):
+        current = session_version(served.obj, session_id)
+        if ref > current:
+            raise Problem(
+                422,
+                f"{what}={ref} is past the session's latest state version {current}",
+            )
+
+
+def _run_summary(run: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "agent_name": run.agent_name,
+        "input": run.input,
+        "content": jsonable(run.content),
+        "error": run.error,
+        "metrics": run.metrics,
+        "tool_calls": [
+            {"name": call.get("name"), "arguments": jsonable(call.get("arguments"))}
+            for message in run.messages
+            if isinstance(message, dict)
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict)
+        ],
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+    }
+
+
+# ---- the caller and what is served ------------------------------------------------------
+
+
+@router.get("/v1/apps", tags=["meta"], summary="The agents, teams and workflows served")
+def list_apps(registry: Reg, principal: Who) -> dict[str, Any]:
+    return {"apps": [s.describe() for s in registry.all()]}
+
+
+@router.get("/v1/me", tags=["meta"], summary="Who the API key belongs to")
+def whoami(request_principal: Who, registry: Reg) -> dict[str, Any]:
+    return {"user_id": request_principal.user_id, "admin": request_principal.admin}
+
+
+# ---- sessions ----------------------------------------------------------------------------
+
+
+@router.get("/v1/sessions", summary="List sessions, most recently updated first")
+def list_sessions(
+    registry: Reg,
+    principal: Who,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    app: Annotated[str | None, Query(min_length=1, max_length=256, description="app_name")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> dict[str, Any]:
+    if user_id is not None:
+        validate_id(user_id, "user_id")
+    if app is not None:
+        validate_id(app, "app")
+    if not principal.admin:
+        if user_id is not None and user_id != principal.user_id:
+            return {"sessions": [], "limit": limit, "offset": offset, "next_offset": None}
+        user_id = principal.user_id
+    records: list[SessionRecord] = []
+    for db, _served in registry.databases():
+        records.extend(
+            db.list_sessions(user_id=user_id, app_name=app, limit=limit + offset + 1, offset=0)
+        )
+    records.sort(key=lambda r: r.updated_at, reverse=True)
+    page = records[offset : offset + limit]
+    return {
+        "sessions": [r.to_dict() for r in page],
+        "limit": limit,
+        "offset": offset,
+        "next_offset": offset + limit if len(records) > offset + limit else None,
+    }
+
+
+@router.get("/v1/sessions/{session_id}", summary="A session: its record, state, version, runs")
+def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
+    record, served = _session(registry, principal, session_id)
+    state = served.obj.get_session_state(session_id)
+    version = session_version(served.obj, session_id)
+    runs = served.db.read_runs(session_id)
+    return JSONResponse(
+        {
+            "session": record.to_dict(),
+            "served_by": served.describe(),
+            "version": version,
+            "state": redact_state(state, served.secret_keys),
+            "runs": [_run_summary(r) for r in runs],
+        },
+        headers={"ETag": f'"{version}"'},
+    )
+
+
+@router.delete("/v1/sessions/{session_id}", status_code=204, summary="Delete a session")
+def delete_session(session_id: SessionId, registry: Reg, principal: Who) -> Response:
+    _record, served = _session(registry, principal, session_id)
+    served.db.delete_session(session_id)
+    served.store._cache.drop(session_id)
+    return Response(status_code=204)
+
+
+@router.get("/v1/sessions/{session_id}/runs/{run_id}", summary="One run with its messages")
+def get_run(
+    session_id: SessionId,
+    run_id: Annotated[str, PathParam(min_length=1, max_length=256)],
+    registry: Reg,
+    principal: Who,
+) -> dict[str, Any]:
+    _record, served = _session(registry, principal, session_id)
+    validate_id(run_id, "run_id")
+    run = served.db.get_run(session_id, run_id)
+    if run is None:
+        raise Problem(404, f"session {session_id!r} has no run {run_id!r}", title="Run not found")
+    return {**_run_summary(run), "messages": jsonable(run.messages)}
+
+
+# ---- state -------------------------------------------------------------------------------
+
+
+@router.get("/v1/sessions/{session_id}/state", summary="The session's state and its version")
+def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
+    _record, served = _session(registry, principal, session_id)
+    state = served.obj.get_session_state(session_id)
+    return _state_body(served, session_id, state, session_version(served.obj, session_id))
+
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        description="The state version the change is based on (the ETag); 412 if stale.",
+    ),
+]
+
+
+@router.put("/v1/sessions/{session_id}/state", summary="Replace the session's state")
+def put_state(
+    session_id: SessionId,
+    registry: Reg,
+    principal: Who,
+    state: Annotated[dict[str, Any], Body(description="The whole new state")],
+    if_match: IfMatch = None,
+) -> JSONResponse:
+    _record, served = _session(registry, principal, session_id)
+    expected = _parse_if_match(if_match)
+    new_state, version = replace_session_state(served.obj, session_id, state, if_version=expected)
+    return _state_body(served, session_id, new_state, version)
+
+
+@router.patch(
+    "/v1/sessions/{session_id}/state",
+    summary="Change the session's state with a JSON merge patch (RFC 7396)",
+)
+def patch_state(
+    session_id: SessionId,
+    registry: Reg,
+    principal: Who,
+    patch: Annotated[
+        dict[str, Any],
+        Body(
+            media_type="application/merge-patch+json",
+            description="Keys to set; null deletes a key; objects merge recursively.",
+        ),
+    ],
+    if_match: IfMatch = None,
+) -> JSONResponse:
+    _record, served = _session(registry, principal, session_id)
+    expected = _parse_if_match(if_match)
+    new_state, version = merge_patch_session_state(
+        served.obj, session_id, patch, if_version=expected
+    )
+    return _state_body(served, session_id, new_state, version)
+
+
+# ---- history -----------------------------------------------------------------------------
+
+
+@router.get("/v1/sessions/{session_id}/events", summary="The session's event log, paged")
+def list_events(
+    session_id: SessionId,
+    registry: Reg,
+    principal: Who,
+    after: Annotated[int | None, Query(ge=0, le=2**62, description="Events after this seq")] = None,
+    before: Annotated[
+        int | None, Query(ge=0, le=2**62, description="Events before this seq")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    run_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+) -> dict[str, Any]:
+    _record, served = _session(registry, principal, session_id)
+    if after is None and before is None:
+        after = 0
+    events = served.db.read_events(session_id, after=after, before=before, limit=limit)
+    if run_id is not None:
+        events = [e for e in events if e.run_id == run_id]
+    return {
+        "events": [jsonable(e.to_dict()) for e in events],
+        "next_after": events[-1].seq if len(events) == limit and events else None,
+    }
+
+
+@router.get("/v1/sessions/{session_id}/history", summary="Every commit of the session's state")
+def get_history(
+    session_id: SessionId,
+    registry: Reg,
+    principal: Who,
+    after_version: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE)] = None,
+) -> dict[str, Any]:
+    _record, served = _session(registry, principal, session_id)
+    secrets = served.secret_keys
+    history = served.obj.get_state_history(session_id, limit=limit, after_version=after_version)
+    for entry in history:
+        entry["ops"] = redact_ops(entry["ops"], secrets)
+        entry["conflicts"] = redact_changes(entry["conflicts"], secrets)
+    return {"session_id": session_id, "history": jsonable(history)}
+
+
+@router.get("/v1/sessions/{session_id}/diff", summary="What changed between two versions or runs")
+def get_diff(
+    session_id: SessionId,
+    registry: Reg,
+    principal: Who,
+    from_: Annotated[
+        str | None, Query(alias="from", max_length=256, description="Version or run id")
+    ] = None,
+    to: Annotated[str | None, Query(max_length=256, description="Version or run id")] = None,
+    run: Annotated[
+        str | None,
+        Query(min_length=1, max_length=256, description="The changes this one run made"),
+    ] = None,
+) -> dict[str, Any]:
+    _record, served = _session(registry, principal, session_id)
+    start: int | str | None
+    end: int | str | None
+    if run is not None:
+        validate_id(run, "run")
+        versions = [
+            d.version
+            for d in served.db.read_deltas(ScopeKey("session", session_id))
+            if d.run_id == run
+        ]
+        if not versions and served.db.get_run(session_id, run) is None:
+            raise Problem(404, f"session {session_id!r} has no run {run!r}", title="Run not found")
+        if not versions:
+            return {"session_id": session_id, "run": run, "from": None, "to": None, "changes": []}
+        start, end = min(versions) - 1, max(versions)
+    else:
+        start = _version_ref(from_, "from") if from_ else 0
+        end = _version_ref(to, "to") if to else None
+        _check_version(served, session_id, start, "from")
+        _check_version(served, session_id, end, "to")
+    changes = served.obj.diff_state(session_id, from_=start, to=end)
+    return {
+        "session_id": session_id,
+        "run": run,
+        "from": start,
+        "to": end,
+        "changes": jsonable(refine_list_changes(redact_changes(changes, served.secret_keys))),
+    }
+
+
+class RollbackBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: int | str = Field(description="A state version, or a run id (the state after it)")
+    include_shared: bool = Field(
+        default=False,
+        description="Also bring the session's user: and app: scopes back (shared with "
+        "other sessions)",
+    )
+
+
+@router.post("/v1/sessions/{session_id}/rollback", summary="Bring the state back, as a new commit")
+def rollback(
+    session_id: SessionId, body: RollbackBody, registry: Reg, principal: Who
+) -> JSONResponse:
+    _record, served = _session(registry, principal, session_id)
+    to = _version_ref(body.to, "to")
+    assert to is not None
+    _check_version(served, session_id, to, "to")
+    served.obj.rollback_state(session_id, to=to, include_shared=body.include_shared)
+    state = served.obj.get_session_state(session_id)
+    return _state_body(served, session_id, state, session_version(served.obj, session_id))
+
+
+class ForkBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    at: int | str | None = Field(default=None, description="Version or run id; default: now")
+    new_session_id: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/fork", status_code=201, summary="A new session from a past state"
+)
+def fork(
+    session_id: SessionId, registry: Reg, principal: Who, body: ForkBody | None = None
+) -> JSONResponse:
+    body = body or ForkBody()
+    _record, served = _session(registry, principal, session_id)
+    at = _version_ref(body.at, "at")
+    _check_version(served, session_id, at, "at")
+    new_id = validate_id(body.new_session_id) if body.new_session_id else str(uuid.uuid4())
+    if registry.find_session(new_id) is not None:
+        raise Problem(409, f"session {new_id!r} already exists", title="Session exists")
+    served.obj.fork_session(session_id, at=at, new_session_id=new_id)
+    state = served.obj.get_session_state(new_id)
+    version = session_version(served.obj, new_id)
+    return JSONResponse(
+        {
+            "session_id": new_id,
+            "forked_from": session_id,
+            "version": version,
+            "state": redact_state(state, served.secret_keys),
+        },
+        status_code=201,
+        headers={"Location": f"/v1/sessions/{new_id}"},
+    )
+
+
+@router.get(
+    "/v1/sessions/{session_id}/export",
+    summary="The session as JSON Lines (session, deltas, events, runs)",
+    responses={200: {"content": {"application/jsonl": {}}}},
+)
+def export(session_id: SessionId, registry: Reg, principal: Who) -> StreamingResponse:
+    _record, served = _session(registry, principal, session_id)
+    secrets = served.secret_keys
+    lines = list(served.db.export_session(session_id))
+
+    def body() -> Iterator[bytes]:
+        for line in lines:
+            yield (json.dumps(jsonable(redact_export_line(line, secrets))) + "\n").encode()
+
+    return StreamingResponse(
+        body(),
+        media_type="application/jsonl",
+        headers={
+            "Content-Disposition": f'attachment; filename="session-{_safe(session_id)}.jsonl"'
+        },
+    )
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:80]

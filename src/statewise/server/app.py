@@ -1,0 +1,76 @@
+"""`create_app(...)`: serve agents, teams and workflows over HTTP, with a web page at `/`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from statewise.server._auth import KeyRing, KeySpec
+from statewise.server._errors import install_error_handlers
+from statewise.server._middleware import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimitMiddleware,
+    LoopbackOnlyMiddleware,
+)
+from statewise.server._registry import Registry
+from statewise.server._runs import router as runs_router
+from statewise.server._sessions import router as sessions_router
+
+STATIC = Path(__file__).parent / "static"
+
+DESCRIPTION = """\
+Run statewise agents, teams and workflows, and inspect, change, diff, roll back, fork and
+export their sessions' state. Authenticate with `Authorization: Bearer <key>` when the
+server has API keys. Errors are RFC 7807 `application/problem+json`.
+"""
+
+
+def create_app(
+    apps: Sequence[Any] | Mapping[str, Any] | Any,
+    *,
+    api_keys: KeySpec = None,
+    admin_keys: KeySpec = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    title: str = "statewise",
+) -> FastAPI:
+    """A FastAPI app serving `apps` (Agents, Teams, Workflows; a list, or a mapping of URL
+    name -> object).
+
+    `api_keys` maps each key to the user_id it acts as; `admin_keys` (a mapping, or a list
+    of keys acting as user "admin") see every session. With neither, keys come from
+    `STATEWISE_API_KEYS` / `STATEWISE_ADMIN_KEYS` ("key=user,key2=user2"); with no keys at
+    all there is no auth and the app answers loopback clients only.
+    """
+    from statewise import __version__
+
+    registry = Registry.build(apps)
+    keys = KeyRing(api_keys, admin_keys)
+    app = FastAPI(title=title, version=__version__, description=DESCRIPTION)
+    app.state.statewise_registry = registry
+    app.state.statewise_keys = keys
+    install_error_handlers(app)
+    app.include_router(runs_router)
+    app.include_router(sessions_router)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/healthz", tags=["meta"], summary="Liveness")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "auth": keys.enabled}
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    if not keys.enabled:
+        app.add_middleware(LoopbackOnlyMiddleware)
+    return app

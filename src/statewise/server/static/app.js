@@ -1,0 +1,513 @@
+// statewise web page: plain JS, no build step. Talks to the same server's /v1 API.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  app: $("app-select"), session: $("session-select"), newSession: $("new-session"),
+  messages: $("messages"), form: $("chat-form"), input: $("chat-input"), send: $("send"),
+  tree: $("state-tree"), version: $("state-version"), live: $("live-dot"),
+  timeline: $("timeline"), showEvents: $("show-events"), detail: $("run-detail"),
+  runTitle: $("run-title"), diff: $("run-diff"), toast: $("toast"),
+  keyForm: $("key-form"), keyInput: $("key-input"), whoami: $("whoami"),
+  sessionLabel: $("session-label"),
+};
+const NEW = "";
+let apps = [];
+let current = { app: null, sessionId: null, runs: [], selectedRun: null, running: false };
+let lastState = null;
+
+// ---- HTTP ---------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  const key = localStorage.getItem("statewise.key");
+  if (key) h.Authorization = `Bearer ${key}`;
+  return h;
+}
+
+async function api(path, opts = {}) {
+  const init = { method: opts.method || "GET", headers: headers(opts.headers) };
+  if (opts.body !== undefined) {
+    init.body = JSON.stringify(opts.body);
+    init.headers["Content-Type"] = init.headers["Content-Type"] || "application/json";
+  }
+  const r = await fetch(path, init);
+  if (r.status === 401) showKeyForm();
+  if (!r.ok) {
+    let problem = {};
+    try { problem = await r.json(); } catch (e) { problem = { detail: r.statusText }; }
+    throw new ApiError(r.status, problem);
+  }
+  if (r.status === 204) return null;
+  return r.json();
+}
+
+function toast(message, ok = false) {
+  ui.toast.textContent = message;
+  ui.toast.classList.toggle("ok", ok);
+  ui.toast.classList.remove("hidden");
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => ui.toast.classList.add("hidden"), ok ? 2500 : 6000);
+}
+
+function showKeyForm() {
+  ui.keyForm.classList.remove("hidden");
+  ui.keyInput.focus();
+}
+
+// ---- JSON tree ----------------------------------------------------------------------------
+
+function pathKey(path) { return JSON.stringify(path); }
+
+function leafSpan(value, isSecret) {
+  const span = document.createElement("span");
+  if (isSecret) { span.className = "secret"; span.textContent = "*** (secret)"; return span; }
+  if (value === null) { span.className = "null"; span.textContent = "null"; }
+  else if (typeof value === "string") { span.className = "str"; span.textContent = JSON.stringify(value); }
+  else if (typeof value === "number") { span.className = "num"; span.textContent = String(value); }
+  else if (typeof value === "boolean") { span.className = "bool"; span.textContent = String(value); }
+  else { span.textContent = JSON.stringify(value); }
+  return span;
+}
+
+function keySpan(key) {
+  const k = document.createElement("span");
+  k.className = "key";
+  k.textContent = typeof key === "number" ? `${key}: ` : `${key}: `;
+  return k;
+}
+
+// Render `value` at `path`; `open` remembers which nodes the user had open, `changed`
+// holds the paths (and their parents) that the last commit touched.
+function renderNode(key, value, path, open, changed) {
+  const isContainer = value !== null && typeof value === "object";
+  const flash = changed.has(pathKey(path));
+  if (!isContainer) {
+    const div = document.createElement("div");
+    div.className = "leaf" + (flash ? " flash" : "");
+    div.dataset.path = pathKey(path);
+    if (key !== null) div.appendChild(keySpan(key));
+    div.appendChild(leafSpan(value, value === "***"));
+    return div;
+  }
+  const details = document.createElement("details");
+  details.dataset.path = pathKey(path);
+  const id = pathKey(path);
+  details.open = open.has(id) ? open.get(id) : path.length < 3;
+  const summary = document.createElement("summary");
+  if (flash) summary.classList.add("flash");
+  if (key !== null) summary.appendChild(keySpan(key));
+  const count = document.createElement("span");
+  count.className = "count";
+  const n = Array.isArray(value) ? value.length : Object.keys(value).length;
+  count.textContent = Array.isArray(value) ? `[${n} item${n === 1 ? "" : "s"}]` : `{${n} key${n === 1 ? "" : "s"}}`;
+  summary.appendChild(count);
+  details.appendChild(summary);
+  const entries = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
+  for (const [k, v] of entries) details.appendChild(renderNode(k, v, [...path, k], open, changed));
+  return details;
+}
+
+function changedPaths(before, after, path = [], out = new Set()) {
+  if (JSON.stringify(before) === JSON.stringify(after)) return out;
+  out.add(pathKey(path));
+  const both = before && after && typeof before === "object" && typeof after === "object";
+  if (both) {
+    const keys = new Set([...Object.keys(before), ...Object.keys(after)]);
+    for (const k of keys) {
+      const kk = Array.isArray(after) ? Number(k) : k;
+      changedPaths(before[k], after[k], [...path, kk], out);
+    }
+  }
+  return out;
+}
+
+function renderState(state, version) {
+  const open = new Map();
+  ui.tree.querySelectorAll("details").forEach((d) => open.set(d.dataset.path, d.open));
+  const changed = lastState === null ? new Set() : changedPaths(lastState, state);
+  changed.delete(pathKey([]));
+  ui.tree.replaceChildren();
+  const keys = Object.keys(state || {});
+  if (!keys.length) {
+    const empty = document.createElement("div");
+    empty.className = "muted";
+    empty.textContent = "(empty state)";
+    ui.tree.appendChild(empty);
+  }
+  for (const k of keys) ui.tree.appendChild(renderNode(k, state[k], [k], open, changed));
+  ui.version.textContent = version === undefined || version === null ? "" : `v${version}`;
+  ui.tree.dataset.version = version ?? "";
+  lastState = state;
+  setTimeout(() => ui.tree.querySelectorAll(".flash").forEach((el) => el.classList.remove("flash")), 2500);
+}
+
+async function refreshState() {
+  if (!current.sessionId) return;
+  const body = await api(`/v1/sessions/${encodeURIComponent(current.sessionId)}/state`);
+  renderState(body.state, body.version);
+}
+
+// ---- chat -----------------------------------------------------------------------------------
+
+function addMessage(role, text) {
+  const div = document.createElement("div");
+  div.className = `msg ${role}`;
+  div.dataset.role = role;
+  div.textContent = text;
+  ui.messages.appendChild(div);
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  return div;
+}
+
+function addToolLine(text) {
+  const div = document.createElement("div");
+  div.className = "tool";
+  div.textContent = text;
+  ui.messages.appendChild(div);
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  return div;
+}
+
+function renderChat(runs) {
+  ui.messages.replaceChildren();
+  for (const run of runs) {
+    if (run.input) addMessage("user", run.input);
+    for (const call of run.tool_calls || []) addToolLine(`→ ${call.name}(${JSON.stringify(call.arguments)})`);
+    if (run.content !== null && run.content !== undefined) {
+      addMessage("assistant", typeof run.content === "string" ? run.content : JSON.stringify(run.content));
+    } else if (run.error) addMessage("error", run.error);
+  }
+}
+
+// Read an SSE response body: yields {event, data} objects.
+async function* readSSE(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      let event = "message", data = "";
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event: ")) event = line.slice(7);
+        else if (line.startsWith("data: ")) data += line.slice(6);
+      }
+      if (data) yield { event, data: JSON.parse(data) };
+    }
+  }
+}
+
+async function sendMessage(text) {
+  if (!current.app || current.running) return;
+  setRunning(true);
+  addMessage("user", text);
+  let bubble = null;
+  const body = { input: text };
+  if (current.sessionId) body.session_id = current.sessionId;
+  try {
+    const r = await fetch(current.app.runs_url, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
+      body: JSON.stringify(body),
+    });
+    if (r.status === 401) showKeyForm();
+    if (!r.ok) {
+      let problem = {};
+      try { problem = await r.json(); } catch (e) { problem = { detail: r.statusText }; }
+      throw new ApiError(r.status, problem);
+    }
+    for await (const { event, data } of readSSE(r)) {
+      if (event === "run_started") {
+        if (current.sessionId !== data.session_id) {
+          current.sessionId = data.session_id;
+          lastState = null;
+          await loadSessions(data.session_id);
+        }
+      } else if (event === "content_delta") {
+        if (!bubble) bubble = addMessage("assistant", "");
+        bubble.textContent += data.content;
+        ui.messages.scrollTop = ui.messages.scrollHeight;
+      } else if (event === "tool_call_started") {
+        addToolLine(`→ ${data.tool_name}(${JSON.stringify(data.arguments)})`);
+        bubble = null;
+      } else if (event === "tool_call_completed") {
+        addToolLine(`← ${data.tool_name}: ${data.result}`);
+      } else if (event === "state_changed") {
+        await refreshState();
+      } else if (event === "run_completed") {
+        const out = data.output;
+        if (!bubble && out.content !== null && out.content !== undefined) {
+          addMessage("assistant", typeof out.content === "string" ? out.content : JSON.stringify(out.content));
+        }
+      } else if (event === "error") {
+        addMessage("error", data.detail || "the run failed");
+      }
+    }
+  } catch (err) {
+    addMessage("error", err.message);
+  } finally {
+    setRunning(false);
+    if (current.sessionId) await loadSession(current.sessionId, { keepSelection: true });
+  }
+}
+
+function setRunning(running) {
+  current.running = running;
+  ui.send.disabled = running;
+  ui.live.classList.toggle("hidden", !running);
+  document.body.dataset.running = running ? "1" : "";
+}
+
+// ---- timeline and diffs -------------------------------------------------------------------
+
+function fmtTime(ts) {
+  return ts ? new Date(ts * 1000).toLocaleTimeString() : "";
+}
+
+async function renderTimeline() {
+  ui.timeline.replaceChildren();
+  let eventsByRun = new Map();
+  if (ui.showEvents.checked && current.sessionId) {
+    const body = await api(`/v1/sessions/${encodeURIComponent(current.sessionId)}/events?limit=1000`);
+    for (const e of body.events) {
+      const key = e.run_id || "";
+      if (!eventsByRun.has(key)) eventsByRun.set(key, []);
+      eventsByRun.get(key).push(e);
+    }
+  }
+  current.runs.forEach((run, i) => {
+    const li = document.createElement("li");
+    li.dataset.runId = run.run_id;
+    li.dataset.testid = "run";
+    li.setAttribute("data-testid", "run");
+    li.classList.toggle("selected", current.selectedRun === run.run_id);
+    const head = document.createElement("div");
+    head.className = "run-head";
+    const n = document.createElement("span");
+    n.className = "muted";
+    n.textContent = `#${i + 1}`;
+    const input = document.createElement("span");
+    input.className = "run-input";
+    input.textContent = run.input || "(no input)";
+    const status = document.createElement("span");
+    status.className = `status ${run.status}`;
+    status.textContent = run.status;
+    const time = document.createElement("span");
+    time.className = "muted";
+    time.textContent = fmtTime(run.created_at);
+    head.append(n, input, status, time);
+    li.appendChild(head);
+    li.addEventListener("click", () => selectRun(run.run_id));
+    ui.timeline.appendChild(li);
+    for (const e of eventsByRun.get(run.run_id) || []) ui.timeline.appendChild(eventItem(e));
+  });
+  for (const e of eventsByRun.get("") || []) ui.timeline.appendChild(eventItem(e));
+  if (!current.runs.length) {
+    const li = document.createElement("li");
+    li.className = "event";
+    li.textContent = current.sessionId ? "no runs yet" : "send a message to start a session";
+    ui.timeline.appendChild(li);
+  }
+}
+
+function eventItem(e) {
+  const li = document.createElement("li");
+  li.className = "event";
+  li.setAttribute("data-testid", "event");
+  let summary = "";
+  if (e.type === "state_delta") {
+    summary = (e.data.segments || []).map((s) => `${s.source}: ${s.ops.length} op${s.ops.length === 1 ? "" : "s"}`).join(", ");
+  } else if (e.type === "tool_call") summary = e.data.name || "";
+  else if (e.type === "rollback") summary = `to v${e.data.to_version}`;
+  li.textContent = `${e.seq} ${e.type}${summary ? " · " + summary : ""}`;
+  li.title = JSON.stringify(e.data, null, 2);
+  return li;
+}
+
+function fmtPath(path) {
+  return path.map((p, i) => (typeof p === "number" ? `[${p}]` : i === 0 ? p : `.${p}`)).join("");
+}
+
+function fmtValue(v) {
+  const s = JSON.stringify(v);
+  return s && s.length > 120 ? s.slice(0, 117) + "…" : s;
+}
+
+async function selectRun(runId) {
+  current.selectedRun = runId;
+  ui.timeline.querySelectorAll("li[data-run-id]").forEach((li) => li.classList.toggle("selected", li.dataset.runId === runId));
+  const run = current.runs.find((r) => r.run_id === runId);
+  const sid = encodeURIComponent(current.sessionId);
+  const body = await api(`/v1/sessions/${sid}/diff?run=${encodeURIComponent(runId)}`);
+  ui.detail.classList.remove("hidden");
+  ui.detail.dataset.from = body.from ?? "";
+  ui.detail.dataset.to = body.to ?? "";
+  ui.runTitle.textContent = `State diff of “${run ? run.input : runId}”` +
+    (body.from !== null ? ` (v${body.from} → v${body.to})` : "");
+  ui.diff.replaceChildren();
+  if (!body.changes.length) {
+    const none = document.createElement("div");
+    none.className = "muted";
+    none.textContent = "This run did not change the session's state.";
+    ui.diff.appendChild(none);
+  }
+  for (const c of body.changes) {
+    const div = document.createElement("div");
+    div.className = `change ${c.kind}`;
+    div.setAttribute("data-testid", `diff-${c.kind}`);
+    const sign = document.createElement("span");
+    sign.className = "sign";
+    sign.textContent = c.kind === "added" ? "+" : c.kind === "removed" ? "−" : "~";
+    const path = document.createElement("span");
+    path.className = "path";
+    path.textContent = fmtPath(c.path);
+    div.append(sign, path);
+    const text = c.kind === "added" ? ` = ${fmtValue(c.after)}`
+      : c.kind === "removed" ? ` (was ${fmtValue(c.before)})`
+      : `: ${fmtValue(c.before)} → ${fmtValue(c.after)}`;
+    div.append(document.createTextNode(text));
+    ui.diff.appendChild(div);
+  }
+  const hasVersions = body.from !== null;
+  $("rollback-before").disabled = !hasVersions;
+  $("rollback-after").disabled = !hasVersions;
+}
+
+async function rollback(to) {
+  const sid = encodeURIComponent(current.sessionId);
+  const body = await api(`/v1/sessions/${sid}/rollback`, { method: "POST", body: { to } });
+  renderState(body.state, body.version);
+  toast(`Rolled back to v${to} (as new version v${body.version})`, true);
+  await loadSession(current.sessionId, { keepSelection: true });
+}
+
+async function fork() {
+  const sid = encodeURIComponent(current.sessionId);
+  const body = await api(`/v1/sessions/${sid}/fork`, { method: "POST", body: { at: current.selectedRun } });
+  await loadSessions(body.session_id);
+  await loadSession(body.session_id);
+  toast(`Forked into session ${body.session_id}`, true);
+}
+
+// ---- sessions ------------------------------------------------------------------------------
+
+async function loadSessions(select) {
+  const params = new URLSearchParams({ limit: "100" });
+  if (current.app && current.app.app_name) params.set("app", current.app.app_name);
+  const body = await api(`/v1/sessions?${params}`);
+  ui.session.replaceChildren();
+  const fresh = new Option("— new session —", NEW);
+  ui.session.appendChild(fresh);
+  for (const s of body.sessions) {
+    const label = `${s.session_id}${s.user_id ? " · " + s.user_id : ""}`;
+    ui.session.appendChild(new Option(label, s.session_id));
+  }
+  if (select && ![...ui.session.options].some((o) => o.value === select)) {
+    ui.session.appendChild(new Option(select, select));
+  }
+  ui.session.value = select || NEW;
+}
+
+async function loadSession(sessionId, opts = {}) {
+  current.sessionId = sessionId || null;
+  if (!opts.keepSelection) { current.selectedRun = null; ui.detail.classList.add("hidden"); }
+  ui.sessionLabel.textContent = sessionId ? sessionId : "(new session)";
+  if (!sessionId) {
+    current.runs = [];
+    lastState = null;
+    ui.messages.replaceChildren();
+    renderState({}, null);
+    await renderTimeline();
+    const hint = addMessage("assistant", `Say something to ${current.app ? current.app.name : "the agent"} to start a new session.`);
+    hint.classList.add("muted");
+    return;
+  }
+  const body = await api(`/v1/sessions/${encodeURIComponent(sessionId)}`);
+  current.runs = body.runs;
+  if (!opts.keepSelection) lastState = null;
+  if (!current.running) renderChat(body.runs);
+  renderState(body.state, body.version);
+  await renderTimeline();
+  if (opts.keepSelection && current.selectedRun) await selectRun(current.selectedRun);
+}
+
+async function selectApp(index) {
+  current.app = apps[index] || null;
+  const params = new URLSearchParams(location.search);
+  await loadSessions(null);
+  const wanted = params.get("session");
+  if (wanted && [...ui.session.options].some((o) => o.value === wanted)) {
+    ui.session.value = wanted;
+    await loadSession(wanted);
+  } else {
+    await loadSession(null);
+  }
+}
+
+async function start() {
+  try {
+    const me = await api("/v1/me");
+    ui.whoami.textContent = me.user_id ? `${me.user_id}${me.admin ? " (admin)" : ""}` : "no auth (local)";
+    ui.keyForm.classList.add("hidden");
+    apps = (await api("/v1/apps")).apps;
+  } catch (err) {
+    if (err.status === 401) { ui.whoami.textContent = "API key needed"; return; }
+    toast(err.message);
+    return;
+  }
+  ui.app.replaceChildren(...apps.map((a, i) => new Option(`${a.name} (${a.kind.replace(/s$/, "")})`, String(i))));
+  const wanted = new URLSearchParams(location.search).get("app");
+  const index = Math.max(0, apps.findIndex((a) => a.name === wanted));
+  ui.app.value = String(index);
+  await selectApp(index);
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+function guard(fn) {
+  return async (...args) => {
+    try { await fn(...args); } catch (err) { toast(err.message); }
+  };
+}
+
+ui.form.addEventListener("submit", guard(async (ev) => {
+  ev.preventDefault();
+  const text = ui.input.value.trim();
+  if (!text) return;
+  ui.input.value = "";
+  await sendMessage(text);
+}));
+ui.input.addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); ui.form.requestSubmit(); }
+});
+ui.app.addEventListener("change", guard(() => selectApp(Number(ui.app.value))));
+ui.session.addEventListener("change", guard(() => loadSession(ui.session.value || null)));
+ui.newSession.addEventListener("click", guard(async () => { ui.session.value = NEW; await loadSession(null); ui.input.focus(); }));
+ui.showEvents.addEventListener("change", guard(renderTimeline));
+$("rollback-before").addEventListener("click", guard(() => rollback(Number(ui.detail.dataset.from))));
+$("rollback-after").addEventListener("click", guard(() => rollback(Number(ui.detail.dataset.to))));
+$("fork").addEventListener("click", guard(fork));
+$("expand-all").addEventListener("click", () => ui.tree.querySelectorAll("details").forEach((d) => { d.open = true; }));
+$("collapse-all").addEventListener("click", () => ui.tree.querySelectorAll("details").forEach((d) => { d.open = false; }));
+ui.keyForm.addEventListener("submit", guard(async (ev) => {
+  ev.preventDefault();
+  localStorage.setItem("statewise.key", ui.keyInput.value.trim());
+  ui.keyInput.value = "";
+  await start();
+}));
+
+start();

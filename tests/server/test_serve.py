@@ -1,0 +1,111 @@
+"""`statewise serve`: loading the target, the demo app, and the process itself."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from statewise.cli.serve import load_target, split_target
+from statewise.exceptions import ConfigurationError
+from tests._env import subprocess_env
+
+APP_FILE = """
+from statewise import Agent
+from statewise.models import FunctionModel
+
+echo = Agent(name="echo", model=FunctionModel(lambda messages, info: "pong"))
+other = Agent(name="other", model=FunctionModel(lambda messages, info: "hi"))
+not_an_agent = 42
+
+def make():
+    return {"made": Agent(model=FunctionModel(lambda messages, info: "made"))}
+"""
+
+
+def test_split_target() -> None:
+    assert split_target("app.py") == ("app.py", None)
+    assert split_target("dir/app.py:agent") == ("dir/app.py", "agent")
+    assert split_target("pkg.mod:apps") == ("pkg.mod", "apps")
+    assert split_target("C:\\x\\app.py") == ("C:\\x\\app.py", None)
+
+
+def test_load_target(tmp_path: Path) -> None:
+    path = tmp_path / "myapp.py"
+    path.write_text(APP_FILE)
+    found = load_target(str(path))
+    assert sorted(a.name for a in found) == ["echo", "other"]
+    assert load_target(f"{path}:echo").name == "echo"
+    assert list(load_target(f"{path}:make")) == ["made"]
+    with pytest.raises(ConfigurationError, match="no attribute 'nope'"):
+        load_target(f"{path}:nope")
+    with pytest.raises(ConfigurationError, match="no Python file"):
+        load_target(str(tmp_path / "missing.py"))
+    with pytest.raises(ConfigurationError, match="cannot import"):
+        load_target("no_such_module_here")
+
+
+def test_demo_app_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATEWISE_DB_URL", f"sqlite:///{tmp_path}/demo.db")
+    from statewise.server.demo import build_apps
+
+    apps = build_apps()
+    assert apps[0].name == "shopping-list"
+    out = apps[0].run("Add milk and eggs", session_id="d1")
+    assert out.session_state["shopping_list"] == ["milk", "eggs"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_serve_process_binds_loopback_without_keys(tmp_path: Path) -> None:
+    path = tmp_path / "myapp.py"
+    path.write_text(APP_FILE)
+    port = free_port()
+    env = subprocess_env(STATEWISE_API_KEYS="", STATEWISE_ADMIN_KEYS="")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "statewise.cli.serve",
+            f"{path}:echo",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = httpx.post(
+                    f"http://127.0.0.1:{port}/v1/agents/echo/runs", json={"input": "ping"}
+                )
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        assert r.json()["content"] == "pong"
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert "not binding to 0.0.0.0" in err and "127.0.0.1 only" in err
+    assert f"http://127.0.0.1:{port}/" in out
+    assert "agents/echo" in out

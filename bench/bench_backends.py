@@ -55,8 +55,9 @@ def _worker(tasks: Queue[Any], results: Queue[Any]) -> None:
     while (task := tasks.get()) is not None:
         url, session_id, start_at, duration = task
         if url not in agents:
-            agents[url] = Agent(model=FunctionModel(_model), tools=[add], db=url,
-                                session_state={"items": []})
+            agents[url] = Agent(
+                model=FunctionModel(_model), tools=[add], db=url, session_state={"items": []}
+            )
         agent = agents[url]
         while time.time() < start_at:
             time.sleep(0.001)
@@ -92,11 +93,15 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     tasks: Queue[Any] = ctx.Queue()
     results: Queue[Any] = ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(tasks, results)) for _ in range(max(WORKER_COUNTS))]
+    workers = [
+        ctx.Process(target=_worker, args=(tasks, results)) for _ in range(max(WORKER_COUNTS))
+    ]
     for w in workers:
         w.start()
-    table = Table(title=f"runs/second, one-tool-call runs, {duration:.0f} s per cell, "
-                        f"{os.cpu_count()} cores (worker processes)")
+    table = Table(
+        title=f"runs/second, one-tool-call runs, {duration:.0f} s per cell, "
+        f"{os.cpu_count()} cores (worker processes)"
+    )
     table.add_column("sessions")
     table.add_column("workers", justify="right")
     for name in backends:

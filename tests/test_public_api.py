@@ -23,8 +23,23 @@ def test_all_is_importable(name: str) -> None:
 
 
 def test_issue_contract_imports() -> None:
-    from statewise import Agent, RunContext, RunOutput, Toolkit, tool  # noqa: F401
-    from statewise.db import InMemoryDb, SqliteDb  # noqa: F401
+    from statewise import (  # noqa: F401
+        Agent,
+        Condition,
+        Loop,
+        Parallel,
+        Router,
+        RunContext,
+        RunOutput,
+        Step,
+        StepInput,
+        StepOutput,
+        Team,
+        Toolkit,
+        Workflow,
+        tool,
+    )
+    from statewise.db import InMemoryDb, PostgresDb, RedisDb, SqliteDb  # noqa: F401
     from statewise.models import (  # noqa: F401
         FunctionModel,
         Message,

@@ -82,12 +82,12 @@ def plan_tool_calls(request: str, items_now: list[str]) -> list[ToolCall]:
     if match := re.search(r"start over with (.+)$", text, flags=re.I):
         calls = [ToolCall("remove_item", {"item": item}) for item in items_now]
         return calls + [ToolCall("add_item", {"item": i}) for i in parse_items(match.group(1))]
-    if re.search(r"what'?s on my list|list (all|my)|show", lowered):
-        return [ToolCall("list_items", {})]
     if match := re.match(r"(?:i got|i bought|remove|delete)\s+(.+)$", text, flags=re.I):
         return [ToolCall("remove_item", {"item": i}) for i in parse_items(match.group(1))]
     if match := re.match(r"(?:please\s+)?(?:add|i need|i also need|get)\s+(.+)$", text, flags=re.I):
         return [ToolCall("add_item", {"item": i}) for i in parse_items(match.group(1))]
+    if re.search(r"what'?s on my list|list (all|my)|show", lowered):
+        return [ToolCall("list_items", {})]
     return []
 
 

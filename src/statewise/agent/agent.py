@@ -226,9 +226,9 @@ class Agent(TimeTravel):
     ) -> RunRequest:
         spec = self._spec(session_id, user_id)
         # The agent continues with the session it last ran, as the seed documents expect.
+        # It does not remember the caller's user_id: a server sharing one agent between
+        # users must never run one user's request as another's.
         self.session_id = spec.session_id
-        if user_id is not None:
-            self.user_id = user_id
         return RunRequest(
             input=input if isinstance(input, str) else str(input),
             spec=spec,

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.pretty import Pretty
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli.serve import serve
 
 app = typer.Typer(
     name="statewise",
@@ -246,6 +247,9 @@ def state_diff(
 
     with _clear_errors():
         _state.diff(console, _state.open_db(db), session, from_, to, as_json)
+
+
+app.command("serve")(serve)
 
 
 def main() -> None:

@@ -71,10 +71,6 @@ async def _start(
     served: Served, body: RunBody, session_id: str, user_id: str | None, stream: bool
 ) -> Any:
     obj = served.obj
-    if user_id is None and hasattr(obj, "user_id"):
-        # The façade remembers the last run's user; a run without one must not inherit it.
-        # Nothing awaits between this and the run reading it.
-        obj.user_id = None
     return await obj.arun(
         body.input,
         session_id=session_id,

@@ -1,11 +1,9 @@
 """The demo app that `statewise serve` serves when given no target: seed 001's
-shopping-list agent and (once `statewise.workflow` is there) seed 003's shopping-list
-workflow, both offline, on one SQLite file (or on `--db` / STATEWISE_DB_URL).
+shopping-list agent and seed 003's shopping-list workflow, both offline, on one SQLite file (or on `--db` / STATEWISE_DB_URL).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -14,6 +12,7 @@ from statewise.db.base import BaseDb
 from statewise.db.url import resolve_db
 from statewise.demo import INSTRUCTIONS, add_item, list_items, remove_item, shopping_list_model
 from statewise.models.function import FunctionModel
+from statewise.workflow import Step, Workflow
 
 DEFAULT_DB = "sqlite:///tmp/statewise_demo.db"
 
@@ -44,13 +43,8 @@ def shopping_agent(db: BaseDb) -> Agent:
     )
 
 
-def shopping_workflow(db: BaseDb) -> Any | None:
+def shopping_workflow(db: BaseDb) -> Workflow:
     """Seed 003's workflow: a shopping assistant step, then a list manager step."""
-    try:
-        workflow_module = importlib.import_module("statewise.workflow")
-    except ImportError:
-        return None
-    Step, Workflow = workflow_module.Step, workflow_module.Workflow
     assistant = Agent(
         name="Shopping Assistant",
         model=FunctionModel(shopping_list_model, id="shopping-assistant-player"),
@@ -76,8 +70,4 @@ def shopping_workflow(db: BaseDb) -> Any | None:
 
 def build_apps() -> list[Any]:
     db = demo_db()
-    apps: list[Any] = [shopping_agent(db)]
-    workflow = shopping_workflow(db)
-    if workflow is not None:
-        apps.append(workflow)
-    return apps
+    return [shopping_agent(db), shopping_workflow(db)]

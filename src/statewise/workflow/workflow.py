@@ -184,9 +184,7 @@ class Workflow(TimeTravel):
         resume: bool | str,
     ) -> _Request:
         spec = self._spec(session_id, user_id)
-        self.session_id = spec.session_id
-        if user_id is not None:
-            self.user_id = user_id
+        self.session_id = spec.session_id  # continue this session; never remember the caller
         plan = None
         if isinstance(resume, str):
             plan = self._resume_plan(spec.session_id, resume)

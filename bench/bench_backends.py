@@ -144,7 +144,9 @@ def _items(url: str, session_id: str) -> int:
     """How many items the shared session holds: every run's append must be there."""
     from statewise import Agent
 
-    return len(Agent(db=url).get_session_state(session_id).get("items", []))
+    agent = Agent(db=url)
+    with agent.db:
+        return len(agent.get_session_state(session_id).get("items", []))
 
 
 def _cleanup(tag: str, skipped: dict[str, str | None]) -> None:

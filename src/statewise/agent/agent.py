@@ -7,40 +7,32 @@ The agent object holds configuration only; each run's working data lives in the 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
 from statewise.agent.printing import print_run
-from statewise.agent.state_api import SessionStateAPI
-from statewise.agent.timetravel import TimeTravel
-from statewise.db.base import BaseDb, validate_id
-from statewise.db.store import SessionSpec, StateStore
-from statewise.db.url import resolve_db
+from statewise.agent.session_owner import SessionOwner
+from statewise.db.base import BaseDb
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.models.registry import infer_model
 from statewise.run.callbacks import Callbacks, as_callbacks
 from statewise.run.context import RunContext
-from statewise.run.driver import RunRequest, deep_merge, drive_run
+from statewise.run.driver import RunRequest, drive_run
 from statewise.run.events import RunCompleted, RunEvent
 from statewise.run.output import RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
-from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rules
 from statewise.state.reducers import Rule
-from statewise.state.schema import StateSchema
 from statewise.tools import normalize_tools
 from statewise.tools.function import Function
 
 Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
 
 
-class Agent(TimeTravel):
+class Agent(SessionOwner):
     """An LLM agent whose tools, hooks, callbacks and instructions share a session state.
 
     `session_state` is the template for new sessions; `db` (a database object or a URL
@@ -87,14 +79,16 @@ class Agent(TimeTravel):
         self.instructions = instructions
         self.tools = list(tools or [])
         self.tool_hooks = tuple(tool_hooks or ())
-        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
-        defaults = dict(self.schema.defaults()) if self.schema else {}
-        defaults.update(to_json_value(dict(session_state or {}), ()))
-        self.session_state: dict[str, Any] = defaults
-        self.db: BaseDb = resolve_db(db)
-        self.session_id = validate_id(session_id) if session_id is not None else None
-        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
-        self.app_name = app_name or name or "default"
+        self._init_sessions(
+            session_state=session_state,
+            db=db,
+            session_id=session_id,
+            user_id=user_id,
+            app_name=app_name,
+            state_schema=state_schema,
+            state_rules=state_rules,
+            secret_keys=secret_keys,
+        )
         self.add_session_state_to_context = add_session_state_to_context
         self.enable_agentic_state = enable_agentic_state
         self.overwrite_db_session_state = overwrite_db_session_state
@@ -115,15 +109,6 @@ class Agent(TimeTravel):
             before_tool=as_callbacks(before_tool_callback, "before_tool_callback"),
             after_tool=as_callbacks(after_tool_callback, "after_tool_callback"),
         )
-        rules = Rules(state_rules or {})
-        if self.schema is not None:
-            rules = Rules(self.schema.rules()).merged(rules)
-        self._store = StateStore(
-            self.db,
-            rules=rules,
-            schema=self.schema,
-            secret_keys=secret_keys or (),
-        )
         functions = normalize_tools(self.tools)
         if enable_agentic_state:
             functions.append(agentic_state_tool())
@@ -136,55 +121,7 @@ class Agent(TimeTravel):
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self.model.name if self.model else None!r})"
 
-    # ---- sessions ------------------------------------------------------------------------
-
-    def _default_state(self) -> dict[str, Any]:
-        return self.session_state
-
-    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
-        if session_id is None:
-            if self.session_id is None:
-                self.session_id = str(uuid.uuid4())
-            session_id = self.session_id
-        validate_id(session_id)
-        if user_id is not None:
-            validate_id(user_id, "user_id")
-        return SessionSpec(
-            session_id=session_id,
-            user_id=user_id if user_id is not None else self.user_id,
-            app_name=self.app_name,
-            kind=self._kind,
-        )
-
     _kind = "agent"
-
-    @property
-    def state(self) -> SessionStateAPI:
-        """The current session's state, read and written outside a run (seed 002)."""
-        return SessionStateAPI(self)
-
-    def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
-        """A copy of a session's state (the current session's by default)."""
-        return SessionStateAPI(self, session_id).get_all()
-
-    def update_session_state(
-        self, updates: Mapping[str, Any], session_id: str | None = None
-    ) -> dict[str, Any]:
-        """Deep-merge `updates` into a session's stored state, committed at once."""
-        api = SessionStateAPI(self, session_id)
-        api._write("api:update_session_state", lambda s: deep_merge(s, updates))
-        return api.get_all()
-
-    def use_db(self, db: BaseDb | str) -> None:
-        """Keep sessions in another database (an object or a URL) from now on."""
-        self.db = resolve_db(db)
-        self._store = self._store.on(self.db)
-
-    def delete_session(self, session_id: str) -> bool:
-        return self.db.delete_session(session_id)
-
-    def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
-        return self.db.prune_sessions(older_than=older_than)
 
     # ---- runs ----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from statewise.run.driver import initialize_state
 from statewise.state.tracked import TrackedDict, to_plain
 
 if TYPE_CHECKING:
-    from statewise.agent.agent import Agent
+    from statewise.agent.session_owner import SessionOwner
     from statewise.db.store import WorkingState
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ def _no_temp(key: str) -> None:
 class SessionStateAPI:
     """`get/set/has/delete/update/clear/get_all/increment` on the agent's current session."""
 
-    def __init__(self, agent: Agent, session_id: str | None = None) -> None:
+    def __init__(self, agent: SessionOwner, session_id: str | None = None) -> None:
         self._agent = agent
         self._session_id = session_id
 

@@ -27,7 +27,10 @@ class _ThreadLoop:
         self.runner = asyncio.Runner()
 
     def __del__(self) -> None:
-        self.runner.close()
+        # Close the loop itself, not the Runner: Runner.close() starts a thread to shut
+        # the default executor down, which deadlocks when this runs at interpreter exit.
+        # Between sync calls no task is pending, so there is nothing else to finish.
+        self.runner.get_loop().close()
 
 
 def _thread_runner() -> asyncio.Runner:

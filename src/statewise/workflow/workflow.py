@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, overload
@@ -25,23 +24,18 @@ from rich.console import Console
 from rich.text import Text
 
 from statewise.agent.printing import aprint_run, print_run
-from statewise.agent.state_api import SessionStateAPI
-from statewise.agent.timetravel import TimeTravel
-from statewise.db.base import BaseDb, validate_id
+from statewise.agent.session_owner import SessionOwner
+from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, RunRecord
-from statewise.db.store import SessionSpec, StateStore, new_id
-from statewise.db.url import resolve_db
+from statewise.db.store import SessionSpec, new_id
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.models.messages import Message
 from statewise.run.context import RunContext
-from statewise.run.driver import deep_merge, initialize_state
+from statewise.run.driver import initialize_state
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.sync import iterate_sync, run_sync
-from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rules
 from statewise.state.reducers import Rule
-from statewise.state.schema import StateSchema
 from statewise.team import SCOPE_KEY
 from statewise.workflow._engine import Executor, StepLike, StepScope
 from statewise.workflow.steps import StepSpec, normalize_steps
@@ -82,7 +76,7 @@ class _Request:
 RESUMABLE = ("failed", "running")
 
 
-class Workflow(TimeTravel):
+class Workflow(SessionOwner):
     """Steps run in order on one persisted session state.
 
     `steps` takes Step, Condition, Router, Loop and Parallel blocks, Agents, Teams and
@@ -113,64 +107,21 @@ class Workflow(TimeTravel):
         self.steps: list[StepLike] = normalize_steps(steps, "steps")
         if not self.steps:
             raise ConfigurationError("a Workflow needs at least one step")
-        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
-        defaults = dict(self.schema.defaults()) if self.schema else {}
-        defaults.update(to_json_value(dict(session_state or {}), ()))
-        self.session_state: dict[str, Any] = defaults
-        self.db: BaseDb = resolve_db(db)
-        self.session_id = validate_id(session_id) if session_id is not None else None
-        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
-        self.app_name = app_name or name or "default"
+        self._init_sessions(
+            session_state=session_state,
+            db=db,
+            session_id=session_id,
+            user_id=user_id,
+            app_name=app_name,
+            state_schema=state_schema,
+            state_rules=state_rules,
+            secret_keys=secret_keys,
+        )
         self.overwrite_db_session_state = overwrite_db_session_state
         self.markdown = markdown
-        rules = Rules(state_rules or {})
-        if self.schema is not None:
-            rules = Rules(self.schema.rules()).merged(rules)
-        self._store = StateStore(
-            self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
-        )
 
     def __repr__(self) -> str:
         return f"Workflow(name={self.name!r}, steps={[s.name for s in self.steps]!r})"
-
-    # ---- sessions (the same semantics and API as Agent) ---------------------------------
-
-    def _default_state(self) -> dict[str, Any]:
-        return self.session_state
-
-    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
-        if session_id is None:
-            if self.session_id is None:
-                self.session_id = str(uuid.uuid4())
-            session_id = self.session_id
-        validate_id(session_id)
-        if user_id is not None:
-            validate_id(user_id, "user_id")
-        return SessionSpec(
-            session_id=session_id,
-            user_id=user_id if user_id is not None else self.user_id,
-            app_name=self.app_name,
-            kind=self._kind,
-        )
-
-    @property
-    def state(self) -> SessionStateAPI:
-        """The current session's state, read and written outside a run."""
-        return SessionStateAPI(cast(Any, self))
-
-    def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
-        """A copy of a session's state (the current session's by default)."""
-        return SessionStateAPI(cast(Any, self), session_id).get_all()
-
-    def update_session_state(
-        self, updates: Mapping[str, Any], session_id: str | None = None
-    ) -> dict[str, Any]:
-        api = SessionStateAPI(cast(Any, self), session_id)
-        api._write("api:update_session_state", lambda s: deep_merge(s, updates))
-        return api.get_all()
-
-    def delete_session(self, session_id: str) -> bool:
-        return self.db.delete_session(session_id)
 
     # ---- runs -----------------------------------------------------------------------------
 

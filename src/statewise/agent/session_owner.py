@@ -1,0 +1,104 @@
+"""What agents, teams and workflows share: sessions, their state, and time travel.
+
+One implementation of the session API (seeds 001-003 promise the same behaviour on all
+three), so the façades cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from statewise.agent.state_api import SessionStateAPI
+from statewise.agent.timetravel import TimeTravel
+from statewise.db.base import BaseDb, validate_id
+from statewise.db.store import SessionSpec, StateStore
+from statewise.db.url import resolve_db
+from statewise.run.driver import deep_merge
+from statewise.state.jsonvalue import to_json_value
+from statewise.state.merge import Rules
+from statewise.state.reducers import Rule
+from statewise.state.schema import StateSchema
+
+
+class SessionOwner(TimeTravel):
+    """Sessions identified by `session_id`, owned by `user_id`, in the app `app_name`;
+    `session_state` is the template for new sessions."""
+
+    _kind = "agent"
+    name: str | None
+
+    def _init_sessions(
+        self,
+        *,
+        session_state: Mapping[str, Any] | None,
+        db: BaseDb | str | None,
+        session_id: str | None,
+        user_id: str | None,
+        app_name: str | None,
+        state_schema: type | None,
+        state_rules: Mapping[str, Rule] | None,
+        secret_keys: Sequence[str] | None,
+    ) -> None:
+        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
+        defaults = dict(self.schema.defaults()) if self.schema else {}
+        defaults.update(to_json_value(dict(session_state or {}), ()))
+        self.session_state: dict[str, Any] = defaults
+        self.db: BaseDb = resolve_db(db)
+        self.session_id = validate_id(session_id) if session_id is not None else None
+        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
+        self.app_name = app_name or self.name or "default"
+        rules = Rules(state_rules or {})
+        if self.schema is not None:
+            rules = Rules(self.schema.rules()).merged(rules)
+        self._store = StateStore(
+            self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
+        )
+
+    def _default_state(self) -> dict[str, Any]:
+        return self.session_state
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        if session_id is None:
+            if self.session_id is None:
+                self.session_id = str(uuid.uuid4())
+            session_id = self.session_id
+        validate_id(session_id)
+        if user_id is not None:
+            validate_id(user_id, "user_id")
+        return SessionSpec(
+            session_id=session_id,
+            user_id=user_id if user_id is not None else self.user_id,
+            app_name=self.app_name,
+            kind=self._kind,
+        )
+
+    @property
+    def state(self) -> SessionStateAPI:
+        """The current session's state, read and written outside a run (seed 002)."""
+        return SessionStateAPI(self)
+
+    def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
+        """A copy of a session's state (the current session's by default)."""
+        return SessionStateAPI(self, session_id).get_all()
+
+    def update_session_state(
+        self, updates: Mapping[str, Any], session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Deep-merge `updates` into a session's stored state, committed at once."""
+        api = SessionStateAPI(self, session_id)
+        api._write("api:update_session_state", lambda s: deep_merge(s, updates))
+        return api.get_all()
+
+    def use_db(self, db: BaseDb | str) -> None:
+        """Keep sessions in another database (an object or a URL) from now on."""
+        self.db = resolve_db(db)
+        self._store = self._store.on(self.db)
+
+    def delete_session(self, session_id: str) -> bool:
+        return self.db.delete_session(session_id)
+
+    def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
+        return self.db.prune_sessions(older_than=older_than)

@@ -36,11 +36,11 @@ def test_postgres_url_with_schema_option(pg_url: str) -> None:
 
     schema = f"sw_url_{uuid.uuid4().hex[:8]}"
     try:
-        agent = Agent(db=f"{pg_url}?schema={schema}")
-        agent.state.set("k", 1)
-        assert (
-            Agent(db=f"{pg_url}?schema={schema}", session_id=agent.session_id).state.get("k") == 1
-        )
+        writer = Agent(db=f"{pg_url}?schema={schema}", session_id="s")
+        reader = Agent(db=f"{pg_url}?schema={schema}", session_id="s")
+        with writer.db, reader.db:
+            writer.state.set("k", 1)
+            assert reader.state.get("k") == 1
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
@@ -51,12 +51,11 @@ def test_redis_url_with_prefix_option(redis_url: str) -> None:
 
     prefix = f"sw_url_{uuid.uuid4().hex[:8]}"
     try:
-        agent = Agent(db=f"{redis_url}?prefix={prefix}")
-        agent.state.set("k", 1)
-        assert (
-            Agent(db=f"{redis_url}?prefix={prefix}", session_id=agent.session_id).state.get("k")
-            == 1
-        )
+        writer = Agent(db=f"{redis_url}?prefix={prefix}", session_id="s")
+        reader = Agent(db=f"{redis_url}?prefix={prefix}", session_id="s")
+        with writer.db, reader.db:
+            writer.state.set("k", 1)
+            assert reader.state.get("k") == 1
     finally:
         client = redis.Redis.from_url(redis_url)
         for key in client.scan_iter(f"{{{prefix}}}*"):

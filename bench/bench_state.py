@@ -60,11 +60,22 @@ def db_bytes(db_file: Path) -> int:
 
 
 def commits_per_run(agent: Agent, session_id: str) -> int:
-    """Commit points of one run: run start, one per step, run end."""
-    events_before = agent.db.read_events(session_id, limit=1)[-1].seq
-    agent.run("count", session_id=session_id)
-    events = agent.db.read_events(session_id, after=events_before)
-    return sum(e.type in ("run_started", "model_response", "run_completed") for e in events)
+    """How many commits (transactions) one run makes, counted at the database."""
+    db = agent.db
+    original = db.commit
+    calls = 0
+
+    def counting(commit: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(commit)
+
+    db.commit = counting  # type: ignore[method-assign]
+    try:
+        agent.run("count", session_id=session_id)
+    finally:
+        del db.commit  # back to the class's method
+    return calls
 
 
 def interleaved(measures: dict[str, Any], rounds: int) -> dict[str, float]:

@@ -46,7 +46,7 @@ APP_PREFIX = "app:"
 TEMP_PREFIX = "temp:"
 TTL_KEY = "__ttl__"  # {key: unix time it expires}; hidden from reads and prompts
 ANONYMOUS_USER = "_anonymous"
-MAX_COMMIT_ATTEMPTS = 100
+COMMIT_RETRY_SECONDS = 30.0  # how long a commit keeps rebasing before it gives up
 SNAPSHOT_MIN_BYTES = 32 * 1024
 CACHE_SIZE = 512
 
@@ -408,16 +408,20 @@ class StateStore:
         self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
         pending = _Pending(segments=ws.take_segments(source))
         attempt = 0
+        give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
         while True:
             attempt += 1
             commit = self._build_commit(ws, pending, events, run, run_id, step)
             try:
                 result = self.db.commit(commit)
             except VersionConflict:
-                if attempt >= MAX_COMMIT_ATTEMPTS:
+                # Under heavy contention a fixed number of attempts runs out in seconds;
+                # a time budget with full-jitter exponential backoff (capped at 50 ms)
+                # spreads the writers out so each one lands.
+                if time.monotonic() >= give_up_at:
                     raise
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
                 self._rebase(ws, pending)
-                time.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
                 continue
             break
         for write in commit.writes:

@@ -57,8 +57,9 @@ class TimeTravel:
 
     def _version_of(self, key: ScopeKey, at: int | str | None) -> int:
         if at is None:
-            deltas = self._store.db.read_deltas(key)
-            return deltas[-1].version if deltas else 0
+            # The current version is what the cheap version probe reports; no need to
+            # read the whole delta history for it.
+            return self._store.db.probe(key.id, [key])[1][key]
         if isinstance(at, int):
             return at
         versions = [d.version for d in self._store.db.read_deltas(key) if d.run_id == at]

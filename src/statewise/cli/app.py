@@ -61,7 +61,7 @@ def demo(
     ] = Path("tmp/statewise_demo.db"),
     stream: Annotated[bool, typer.Option(help="Stream the answers token by token.")] = False,
 ) -> None:
-    """Run seed 001's shopping-list agent offline: several runs, two sessions, on SQLite."""
+    """Run a shopping-list agent offline: several runs, two sessions, on SQLite."""
     from statewise.demo import DEMO_RUNS, shopping_agent
 
     agent = shopping_agent(str(db_file))

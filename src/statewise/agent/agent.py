@@ -13,7 +13,7 @@ from typing import Any, Literal, overload
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
 from statewise.agent.printing import print_run
-from statewise.agent.session_owner import SessionOwner
+from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
@@ -50,6 +50,7 @@ class Agent(SessionOwner):
         tool_hooks: Sequence[Callable[..., Any]] | None = None,
         session_state: Mapping[str, Any] | None = None,
         db: BaseDb | str | None = None,
+        storage: BaseDb | str | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         app_name: str | None = None,
@@ -81,7 +82,7 @@ class Agent(SessionOwner):
         self.tool_hooks = tuple(tool_hooks or ())
         self._init_sessions(
             session_state=session_state,
-            db=db,
+            db=db_or_storage(db, storage),
             session_id=session_id,
             user_id=user_id,
             app_name=app_name,

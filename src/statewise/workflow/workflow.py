@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 
 from statewise.agent.printing import aprint_run, print_run
-from statewise.agent.session_owner import SessionOwner
+from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, new_id
@@ -93,6 +93,7 @@ class Workflow(SessionOwner):
         description: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         db: BaseDb | str | None = None,
+        storage: BaseDb | str | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         app_name: str | None = None,
@@ -109,7 +110,7 @@ class Workflow(SessionOwner):
             raise ConfigurationError("a Workflow needs at least one step")
         self._init_sessions(
             session_state=session_state,
-            db=db,
+            db=db_or_storage(db, storage),
             session_id=session_id,
             user_id=user_id,
             app_name=app_name,

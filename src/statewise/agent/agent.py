@@ -73,6 +73,8 @@ class Agent(SessionOwner):
         after_model_callback: Callback = None,
         before_tool_callback: Callback = None,
         after_tool_callback: Callback = None,
+        debug_mode: bool = False,
+        strict_templates: bool = False,
     ) -> None:
         self.model: Model | None = infer_model(model) if model is not None else None
         self.name = name
@@ -102,6 +104,8 @@ class Agent(SessionOwner):
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}")
         self.max_steps = max_steps
+        self.debug_mode = debug_mode
+        self.strict_templates = strict_templates
         self.callbacks = Callbacks(
             before_agent=as_callbacks(before_agent_callback, "before_agent_callback"),
             after_agent=as_callbacks(after_agent_callback, "after_agent_callback"),
@@ -152,6 +156,7 @@ class Agent(SessionOwner):
             enable_agentic_state=self.enable_agentic_state,
             secret_keys=self._store.secret_keys,
             expose_secrets_to_model=self.expose_secrets_to_model,
+            strict_templates=self.strict_templates,
         )
 
     def _request(

@@ -24,7 +24,7 @@ from statewise.state.ops import Op, apply_op
 from statewise.state.tracked import TrackedDict, to_plain
 from statewise.team import Team
 from statewise.tools._introspect import callable_name
-from statewise.workflow._engine import Executor, StepLike
+from statewise.workflow._engine import Executor, StepLike, observed_step
 from statewise.workflow.types import StepOutput
 
 StepSpec = Any
@@ -379,7 +379,7 @@ class Parallel:
         ) -> tuple[list[RunEvent], list[StepOutput]]:
             events: list[RunEvent] = []
             outputs: list[StepOutput] = []
-            async for item in step.execute(branch):
+            async for item in observed_step(step, branch):
                 if isinstance(item, StepOutput):
                     outputs.append(item)
                 else:

@@ -17,7 +17,7 @@ from statewise.run.events import (
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.state.schema import Reducer, Secret
 from statewise.team import Team
-from statewise.tools import Function, Toolkit, tool
+from statewise.tools import Function, MCPTools, Toolkit, tool
 from statewise.workflow import (
     Condition,
     Loop,
@@ -37,6 +37,7 @@ __all__ = [
     "ContentDelta",
     "Function",
     "Loop",
+    "MCPTools",
     "Parallel",
     "Reducer",
     "Router",

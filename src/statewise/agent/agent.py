@@ -26,7 +26,7 @@ from statewise.run.output import RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
-from statewise.tools import normalize_tools
+from statewise.tools import ToolSource, normalize_tools, split_tool_sources
 from statewise.tools.function import Function
 
 Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
@@ -114,7 +114,8 @@ class Agent(SessionOwner):
             before_tool=as_callbacks(before_tool_callback, "before_tool_callback"),
             after_tool=as_callbacks(after_tool_callback, "after_tool_callback"),
         )
-        functions = normalize_tools(self.tools)
+        plain, self._tool_sources = split_tool_sources(self.tools)
+        functions = normalize_tools(plain)
         if enable_agentic_state:
             functions.append(agentic_state_tool())
         self._functions: dict[str, Function] = {}
@@ -127,6 +128,35 @@ class Agent(SessionOwner):
         return f"Agent(name={self.name!r}, model={self.model.name if self.model else None!r})"
 
     _kind = "agent"
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def tool_sources(self) -> list[ToolSource]:
+        """The tools listed when a run starts (`MCPTools`), in `tools` order."""
+        return list(self._tool_sources)
+
+    async def aclose(self) -> None:
+        """Close the connections of the agent's tool sources (MCP servers) opened on the
+        running event loop. The agent stays usable: a later run connects again."""
+        for source in self._tool_sources:
+            await source.aclose()
+
+    def close(self) -> None:
+        """`aclose` for sync code (the loop sync runs use)."""
+        run_sync(self.aclose())
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- runs ----------------------------------------------------------------------------
 
@@ -142,6 +172,7 @@ class Agent(SessionOwner):
             max_steps=self.max_steps,
             agent=self,
             injected=injected or {},
+            tool_sources=tuple(self._tool_sources),
         )
 
     def _system_prompt(self, ctx: RunContext) -> str | None:

@@ -9,6 +9,7 @@ that call's state writes are undone.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -73,6 +74,8 @@ async def run_steps(
     if rt.model is None:
         raise RunError(f"agent {rt.name or '(unnamed)'} has no model; pass model=... to run it")
     model = rt.model
+    if rt.tool_sources:
+        rt = await with_listed_tools(rt)
     tools = [f.definition() for f in rt.functions.values()]
     started = time.perf_counter()
     for step in range(1, rt.max_steps + 1):
@@ -214,6 +217,21 @@ async def run_steps(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
     )
+
+
+async def with_listed_tools(rt: AgentRuntime) -> AgentRuntime:
+    """`rt` with the tools of its tool sources (listed on first use, then cached by each
+    source) next to its own; a name used twice is an error naming both."""
+    functions = dict(rt.functions)
+    for source in rt.tool_sources:
+        for function in await source.functions():
+            if function.name in functions:
+                raise RunError(
+                    f"agent {rt.name or '(unnamed)'}: two tools are named {function.name!r} "
+                    f"(one from {source!r}); drop one with include=/exclude= or set prefix="
+                )
+            functions[function.name] = function
+    return dataclasses.replace(rt, functions=functions, tool_sources=())
 
 
 def as_response(value: Any, what: str) -> ModelResponse | None:

@@ -14,6 +14,7 @@ from statewise.models.base import Model
 from statewise.run.callbacks import Callbacks
 from statewise.run.context import RunContext
 from statewise.tools.function import Function
+from statewise.tools.mcp import ToolSource
 
 
 @dataclass(kw_only=True, eq=False)
@@ -28,3 +29,5 @@ class AgentRuntime:
     max_steps: int = 25
     agent: Any = None
     injected: Mapping[str, Any] = field(default_factory=dict)
+    tool_sources: tuple[ToolSource, ...] = ()
+    """Tools listed when the run starts (MCP servers), added to `functions` by the loop."""

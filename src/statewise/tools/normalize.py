@@ -7,9 +7,19 @@ from typing import Any
 
 from statewise.exceptions import ConfigurationError
 from statewise.tools.function import Function
+from statewise.tools.mcp import ToolSource
 from statewise.tools.toolkit import Toolkit
 
 ToolLike = Callable[..., Any] | Function | Toolkit
+
+
+def split_tool_sources(tools: Sequence[Any]) -> tuple[list[Any], list[ToolSource]]:
+    """`(everything else, tool sources)`: sources (`MCPTools`) are listed when a run starts,
+    the rest is normalized at once."""
+    if callable(tools) or isinstance(tools, (Toolkit, ToolSource)):
+        raise ConfigurationError(f"tools must be a list, got a single {type(tools).__name__}")
+    sources = [t for t in tools if isinstance(t, ToolSource)]
+    return [t for t in tools if not isinstance(t, ToolSource)], sources
 
 
 def normalize_tools(tools: Sequence[ToolLike]) -> list[Function]:
@@ -31,6 +41,11 @@ def normalize_tools(tools: Sequence[ToolLike]) -> list[Function]:
         elif isinstance(item, type) and issubclass(item, Toolkit):
             raise ConfigurationError(
                 f"{where} is the class {item.__name__}; pass an instance: {item.__name__}()"
+            )
+        elif isinstance(item, ToolSource):
+            raise ConfigurationError(
+                f"{where} is {item!r}, whose tools are listed when a run starts; "
+                "pass it to an agent's tools=[...]"
             )
         elif callable(item):
             members = [(Function.from_callable(item), where)]

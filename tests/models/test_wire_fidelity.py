@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,10 +40,11 @@ from statewise.models import (
     ToolCall,
     ToolDefinition,
 )
+from statewise.models._errors import SdkErrors, classify, translate
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
-from statewise.models.anthropic import Claude
-from statewise.models.openai_chat import OpenAIChat
+from statewise.models.anthropic import ANTHROPIC_ERRORS, Claude
+from statewise.models.openai_chat import OPENAI_ERRORS, OpenAIChat
 from statewise.models.openai_responses import OpenAIResponses
 
 pytestmark = pytest.mark.anyio
@@ -404,3 +406,19 @@ async def test_tool_choice_is_not_sent_without_tools(fake: FakeServer, retry: Re
     ) as model:
         await model.request(USER, RequestInfo())
     assert "tool_choice" not in fake.last.json
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+@pytest.mark.parametrize("sdk", [OPENAI_ERRORS, ANTHROPIC_ERRORS], ids=["openai", "anthropic"])
+def test_either_http_librarys_transport_errors_are_connection_errors(
+    library: str, sdk: SdkErrors
+) -> None:
+    """Older SDKs read streams with httpx, newer ones with httpx2: both are covered."""
+    module = importlib.import_module(library)
+    cut = module.RemoteProtocolError("peer closed connection without sending complete body")
+    assert classify(sdk)(cut) is not None  # retried while nothing reached the caller
+    mapped = translate(cut, sdk, provider="p", model="m", api_key=None, deltas=3)
+    assert isinstance(mapped, ModelConnectionError) and mapped.deltas == 3
+    assert "after 3 deltas had reached the caller" in str(mapped)
+    before = translate(cut, sdk, provider="p", model="m", api_key=None)
+    assert isinstance(before, ModelConnectionError) and "no response" in str(before)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import jsonpatch  # type: ignore[import-untyped]
+import jsonpatch
 import pytest
 
 from statewise import Agent, Workflow

@@ -173,3 +173,33 @@ def test_auth_applies_to_the_client(make_live: Any) -> None:
         assert good.send(cmd="run", text="add a")["state"]["items"] == ["a"]
     finally:
         good.close()
+
+
+def test_interrupt_lands_in_pending_interrupts_and_resume_continues(
+    make_live: Any, tmp_path: Path
+) -> None:
+    from statewise.db import SqliteDb
+    from tests.run.test_pause import bank
+
+    live = make_live(apps=[bank(SqliteDb(db_file=str(tmp_path / "js-bank.db")))])
+    ui = NodeClient(f"{live.url}/v1/agents/bank/agui", "js-hitl")
+    try:
+        reply = ui.send(cmd="run", text="pay bob")
+        assert reply["outcome"] == "interrupt", reply
+        [interrupt] = reply["pendingInterrupts"]
+        assert interrupt["id"] == "t1" and interrupt["toolCallId"] == "t1"
+        with live.client() as http:
+            assert reply["state"] == stored(http, "js-hitl")
+            assert "transfers" not in reply["state"]
+            reply = ui.send(
+                cmd="run",
+                resume=[{"interruptId": "t1", "status": "resolved", "payload": {"approved": True}}],
+            )
+            assert reply["errors"] == [] and reply["outcome"] == "success", reply
+            assert reply["pendingInterrupts"] == []
+            assert reply["state"] == stored(http, "js-hitl")
+            assert reply["state"]["transfers"] == [{"amount": 5, "to": "bob"}]
+            results = [m for m in reply["messages"] if m["role"] == "tool"]
+            assert any("sent 5 to bob" in str(m["content"]) for m in results)
+    finally:
+        ui.close()

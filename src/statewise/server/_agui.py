@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from ag_ui import core as agui
@@ -25,6 +26,7 @@ from statewise.db.base import validate_id
 from statewise.db.records import SessionRecord
 from statewise.db.store import SessionSpec
 from statewise.exceptions import InvalidIdError
+from statewise.models.messages import ToolDefinition
 from statewise.run.events import (
     ContentDelta,
     RunCompleted,
@@ -34,6 +36,8 @@ from statewise.run.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
+from statewise.run.pause import PendingToolCall, check_answers
+from statewise.run.resume import paused_runs
 from statewise.server._agui_state import StateSync
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
@@ -52,6 +56,11 @@ def _text(content: Any) -> str:
         return content
     parts = [getattr(part, "text", None) for part in content or []]
     return "\n".join(p for p in parts if isinstance(p, str))
+
+
+def _is_continuation(body: RunAgentInput) -> bool:
+    """A run that answers a paused one: resume entries, or client tool results last."""
+    return bool(body.resume) or bool(body.messages and body.messages[-1].role == "tool")
 
 
 def _input_text(body: RunAgentInput) -> str:
@@ -96,7 +105,8 @@ async def agui_run(
         session_id = validate_id(body.thread_id, "threadId")
     except InvalidIdError as exc:
         raise Problem(422, str(exc), title="Invalid request") from None
-    text = _input_text(body)
+    continuing = _is_continuation(body)
+    text = "" if continuing else _input_text(body)
     user_id = _user_for(principal, None, served)
     found = await run_in_threadpool(registry.find_session, session_id)
     record: SessionRecord | None = None
@@ -114,6 +124,11 @@ async def agui_run(
     else:
         spec = _session_spec(served, session_id, user_id)
     sync = StateSync(served, spec, record)
+    resume: ResumePlan | None = None
+    if continuing:
+        if record is None:
+            raise Problem(409, f"thread {session_id!r} has no paused run to continue")
+        resume = await run_in_threadpool(plan_resume, served, session_id, body)
     synced = await run_in_threadpool(sync.last_synced)
     conflicts = await run_in_threadpool(
         sync.merge_client_state, body.state, principal, synced[0] if synced else None
@@ -126,8 +141,9 @@ async def agui_run(
         user_id=user_id,
         text=text,
         initial_state=initial,
-        synced_messages=synced[1] if synced else None,
+        synced_messages=synced[1] if synced and resume is None else None,
         conflicts=conflicts,
+        resume=resume,
     )
     return StreamingResponse(
         stream.encoded(),
@@ -150,6 +166,7 @@ class AguiStream:
         initial_state: dict[str, Any] | None,
         synced_messages: int | None,
         conflicts: list[dict[str, Any]],
+        resume: ResumePlan | None = None,
     ) -> None:
         self.served = served
         self.sync = sync
@@ -159,6 +176,8 @@ class AguiStream:
         self.initial_state = initial_state
         self.synced_messages = synced_messages
         self.conflicts = conflicts
+        self.resume = resume
+        self.client_results = resume.client_ids if resume is not None else frozenset()
         self.thread_id = body.thread_id
         self.run_id = body.run_id
         self.message_id: str | None = None  # the assistant message of the current step
@@ -190,16 +209,35 @@ class AguiStream:
     async def _run(self) -> AsyncIterator[Any]:
         snapshot = await run_in_threadpool(self.sync.snapshot)
         yield agui.StateSnapshotEvent(snapshot=snapshot)
-        history = await self._messages_snapshot()
-        if history is not None:
-            yield history
-        events = await self.served.obj.arun(
-            self.text,
-            session_id=self.thread_id,
-            user_id=self.user_id,
-            session_state=self.initial_state,
-            stream=True,
-        )
+        client_tools = [
+            ToolDefinition(
+                name=t.name,
+                description=t.description,
+                parameters=t.parameters or {"type": "object", "properties": {}},
+            )
+            for t in self.body.tools or []
+        ]
+        extra: dict[str, Any] = {"client_tools": client_tools} if client_tools else {}
+        if self.resume is not None:
+            events = await self.served.obj.acontinue_run(
+                self.resume.run_id,
+                session_id=self.thread_id,
+                approvals=self.resume.approvals,
+                stream=True,
+                **extra,
+            )
+        else:
+            history = await self._messages_snapshot()
+            if history is not None:
+                yield history
+            events = await self.served.obj.arun(
+                self.text,
+                session_id=self.thread_id,
+                user_id=self.user_id,
+                session_state=self.initial_state,
+                stream=True,
+                **extra,
+            )
         output = None
         async for event in events:
             if isinstance(event, RunCompleted):
@@ -220,10 +258,12 @@ class AguiStream:
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
-            result=output.content,
+            result=output.content if output.status == "completed" else None,
+            outcome=outcome_of(output.pending_tool_calls),
             metadata={
                 "statewise": {
                     "run_id": output.run_id,
+                    "status": output.status,
                     "versions": {k.kind: v for k, v in self.sync.sent.items()},
                     "conflicts": len(self.conflicts) + len(output.conflicts),
                 }
@@ -304,6 +344,8 @@ class AguiStream:
             self._last_args = event.arguments
             return out
         if isinstance(event, ToolCallCompleted):
+            if event.tool_call_id in self.client_results:
+                return []  # the client's own result: it already holds that message
             out = [
                 agui.ToolCallResultEvent(
                     message_id=f"tool-{uuid.uuid4().hex}",
@@ -326,6 +368,87 @@ class AguiStream:
             self.message_id = None
             return [*out, agui.StepFinishedEvent(step_name=event.step_name)]
         return []
+
+
+def outcome_of(pending: Sequence[PendingToolCall]) -> Any:
+    """A paused run's RUN_FINISHED outcome: an interrupt per call waiting for approval;
+    client-side tool calls alone finish the run with them pending."""
+    approvals = [p for p in pending if p.kind == "approval"]
+    if approvals:
+        return agui.RunFinishedInterruptOutcome(
+            interrupts=[
+                agui.Interrupt(
+                    id=p.tool_call_id,
+                    reason="tool_approval",
+                    message=p.reason or f"Approve {p.tool_name}?",
+                    tool_call_id=p.tool_call_id,
+                    response_schema=APPROVAL_SCHEMA,
+                    metadata={"tool_name": p.tool_name, "arguments": p.arguments},
+                )
+                for p in approvals
+            ]
+        )
+    if pending:
+        return agui.RunFinishedSuccessOutcome(
+            pending_tool_call_ids=[p.tool_call_id for p in pending]
+        )
+    return None
+
+
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean", "description": "Run the tool call (true) or not"},
+        "reason": {"type": "string", "description": "Why not; the model sees it"},
+        "arguments": {"type": "object", "description": "Run it with these arguments"},
+    },
+}
+
+
+@dataclass(kw_only=True, frozen=True)
+class ResumePlan:
+    run_id: str
+    approvals: dict[str, Any]
+    client_ids: frozenset[str]
+
+
+def _resume_answer(entry: Any) -> Any:
+    if entry.status == "cancelled":
+        reason = None
+        if isinstance(entry.payload, dict):
+            reason = entry.payload.get("reason")
+        return {"approved": False, "reason": reason or "cancelled by the user"}
+    payload = entry.payload
+    if payload is None:
+        return True
+    return payload
+
+
+def plan_resume(served: Served, session_id: str, body: RunAgentInput) -> ResumePlan:
+    """Which paused run this request continues, and its answers: resume entries answer
+    interrupts (approvals), trailing tool messages answer client-side tool calls."""
+    answers: dict[str, Any] = {}
+    for entry in body.resume or []:
+        answers[entry.interrupt_id] = _resume_answer(entry)
+    for message in reversed(body.messages):
+        if message.role != "tool":
+            break
+        answers[message.tool_call_id] = {"result": _text(message.content)}
+    waiting = paused_runs(served.db, session_id)
+    for paused in waiting:
+        ids = {p.tool_call_id for p in paused.pending}
+        if ids & set(answers):
+            client = frozenset(p.tool_call_id for p in paused.pending if p.kind == "client")
+            mine = {k: v for k, v in answers.items() if k in ids}
+            check_answers(paused.pending, mine)  # 422 now rather than an error mid-stream
+            return ResumePlan(run_id=paused.run.run_id, approvals=mine, client_ids=client)
+    asked = ", ".join(sorted(answers)) or "nothing"
+    raise Problem(
+        409,
+        f"no paused run on thread {session_id!r} waits on {asked}: it was continued already "
+        "(a paused run is continued once), or it never paused",
+        title="Run is not paused",
+    )
 
 
 def _member_step(arguments: dict[str, Any]) -> str:

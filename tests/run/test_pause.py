@@ -201,17 +201,8 @@ def test_racing_continues_one_wins(tmp_path: Path) -> None:
         out = bank(SqliteDb(db_file=db_file)).run("pay", session_id=sid)
         results: list[str] = []
         barrier = threading.Barrier(2)
-
-        def go() -> None:
-            agent = bank(SqliteDb(db_file=db_file))
-            barrier.wait()
-            try:
-                agent.continue_run(out.run_id, session_id=sid, approvals={"t1": True})
-                results.append("won")
-            except RunNotPausedError:
-                results.append("409")
-
-        threads = [threading.Thread(target=go) for _ in range(2)]
+        args = (db_file, out.run_id, sid, barrier, results)
+        threads = [threading.Thread(target=_continue_racer, args=args) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
@@ -219,6 +210,18 @@ def test_racing_continues_one_wins(tmp_path: Path) -> None:
         assert sorted(results) == ["409", "won"], results
         state = bank(SqliteDb(db_file=db_file)).get_session_state(sid)
         assert state["transfers"] == [{"amount": 5, "to": "bob"}]  # the tool ran once
+
+
+def _continue_racer(
+    db_file: str, run_id: str, sid: str, barrier: threading.Barrier, results: list[str]
+) -> None:
+    agent = bank(SqliteDb(db_file=db_file))
+    barrier.wait()
+    try:
+        agent.continue_run(run_id, session_id=sid, approvals={"t1": True})
+        results.append("won")
+    except RunNotPausedError:
+        results.append("409")
 
 
 CONTINUE_SCRIPT = """

@@ -90,13 +90,8 @@ def test_racing_continues_over_http_one_wins(bank_live: LiveServer) -> None:
             url = f"/v1/sessions/{sid}/runs/{out['run_id']}/continue"
             codes: list[int] = []
             barrier = threading.Barrier(2)
-
-            def go() -> None:
-                with bank_live.client(ALICE) as client:
-                    barrier.wait()
-                    codes.append(client.post(url, json={"approvals": {"t1": {}}}).status_code)
-
-            threads = [threading.Thread(target=go) for _ in range(2)]
+            args = (bank_live, url, barrier, codes)
+            threads = [threading.Thread(target=_post_continue, args=args) for _ in range(2)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -104,6 +99,14 @@ def test_racing_continues_over_http_one_wins(bank_live: LiveServer) -> None:
             assert sorted(codes) == [200, 409], codes
             state = alice.get(f"/v1/sessions/{sid}/state").json()["state"]
             assert state["transfers"] == [{"amount": 5, "to": "bob"}]
+
+
+def _post_continue(
+    live: LiveServer, url: str, barrier: threading.Barrier, codes: list[int]
+) -> None:
+    with live.client(ALICE) as client:
+        barrier.wait()
+        codes.append(client.post(url, json={"approvals": {"t1": {}}}).status_code)
 
 
 def test_continue_after_a_server_restart(tmp_path: Path) -> None:

@@ -340,3 +340,33 @@ def test_concurrent_writers_during_a_run_reach_the_frontend(
         assert gate.is_set()
         assert ui.state == stored_state(client, "c1")
         assert ui.state["other"] == "q" and ui.state["items"] == ["q"]
+
+
+def test_team_members_are_step_events(make_live: Callable[..., LiveServer], tmp_path: Any) -> None:
+    from statewise import Team
+
+    db = SqliteDb(db_file=str(tmp_path / "team.db"))
+
+    def helper_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        return ModelResponse(content="helped")
+
+    def leader_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        if messages[-1].role == "tool":
+            return ModelResponse(content="team done")
+        return ModelResponse(
+            tool_calls=[
+                ToolCall("delegate_task_to_member", {"member_name": "helper", "task": "x"}, "d1")
+            ]
+        )
+
+    helper = Agent(name="helper", model=FunctionModel(helper_model))
+    team = Team(name="crew", members=[helper], model=FunctionModel(leader_model), db=db)
+    live = make_live(apps=[team])
+    with live.client() as client:
+        events = agui_events(client, run_input("tm", "go"), "/v1/teams/crew/agui")
+        steps = [e for e in events if e["type"] in ("STEP_STARTED", "STEP_FINISHED")]
+        assert [(e["type"], e["stepName"]) for e in steps] == [
+            ("STEP_STARTED", "member:helper"),
+            ("STEP_FINISHED", "member:helper"),
+        ]
+        assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["result"] == "team done"

@@ -177,6 +177,8 @@ async def end_run(
     metrics.output_tokens += result.usage.output_tokens
     metrics.total_tokens += result.usage.total_tokens
     metrics.duration += time.perf_counter() - started
+    if not result.pending:
+        await finish_agent(rt, ctx, result, available)  # may replace the final answer
     messages = [*before, *result.messages]
     record.messages = [m.to_dict() for m in messages]
     record.metrics = metrics.to_dict()
@@ -196,7 +198,6 @@ async def end_run(
             source="run_paused",
         )
     else:
-        await finish_agent(rt, ctx, result, available)
         record.status = "completed"
         record.content = result.content
         changed = await scope.commit(

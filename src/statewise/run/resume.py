@@ -26,7 +26,7 @@ from statewise.run.context import RunContext
 from statewise.run.driver import end_run, history_messages
 from statewise.run.events import RunEvent, RunStarted, ToolCallCompleted
 from statewise.run.loop import StepsResult, call_tool, run_steps
-from statewise.run.output import RunMetrics
+from statewise.run.output import METRICS_KEY, RunMetrics
 from statewise.run.pause import (
     CONTINUED_EVENT,
     PAUSED_EVENT,
@@ -184,6 +184,7 @@ async def drive_continue(
     )
     scope = RunScope(store=store, working=working, run_id=record.run_id)
     metrics = RunMetrics(**{k: v for k, v in record.metrics.items() if k in RunMetrics.__slots__})
+    ctx.metadata[METRICS_KEY] = metrics  # team members count in this run
     before = [Message.from_dict(m) for m in record.messages]
     result = StepsResult()
     keep = True

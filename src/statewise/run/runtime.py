@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewise.models.base import Model
+from statewise.models.messages import ToolDefinition
 from statewise.run.callbacks import Callbacks
 from statewise.run.context import RunContext
 from statewise.tools.function import Function
@@ -31,3 +32,7 @@ class AgentRuntime:
     injected: Mapping[str, Any] = field(default_factory=dict)
     tool_sources: tuple[ToolSource, ...] = ()
     """Tools listed when the run starts (MCP servers), added to `functions` by the loop."""
+    # Tools the caller's client runs (AG-UI frontend tools): calling one pauses the run.
+    client_tools: tuple[ToolDefinition, ...] = ()
+    # False inside team members and workflow steps: they cannot pause the host's run.
+    allow_pause: bool = True

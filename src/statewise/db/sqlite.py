@@ -112,7 +112,53 @@ def _migrations(p: str) -> list[str]:
         );
         CREATE INDEX {p}runs_by_time ON {p}runs (session_id, created_at);
         """,
+        # 2: large payloads out of WITHOUT ROWID tables. Those keep whole rows in their
+        # B-tree, and a seek that meets a multi-megabyte row reads all of it, so every
+        # insert near a big snapshot, delta or event paid for it. Rowid tables with a
+        # unique index for the key keep the index small whatever the rows hold.
+        _to_rowid_table(p, "snapshots", "kind, scope_id, version, state", "kind, scope_id, version")
+        + _to_rowid_table(
+            p,
+            "deltas",
+            "kind, scope_id, version, session_id, run_id, step, segments, conflicts, created_at",
+            "kind, scope_id, version",
+        )
+        + _to_rowid_table(
+            p, "events", "session_id, seq, run_id, type, data, created_at", "session_id, seq"
+        ),
     ]
+
+
+_COLUMN_TYPES = {
+    "kind": "TEXT NOT NULL",
+    "scope_id": "TEXT NOT NULL",
+    "version": "INTEGER NOT NULL",
+    "state": "TEXT NOT NULL",
+    "session_id": "TEXT",
+    "run_id": "TEXT",
+    "step": "INTEGER",
+    "segments": "TEXT NOT NULL",
+    "conflicts": "TEXT",
+    "created_at": "REAL NOT NULL",
+    "seq": "INTEGER NOT NULL",
+    "type": "TEXT NOT NULL",
+    "data": "TEXT NOT NULL",
+}
+
+
+def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
+    """SQL that rebuilds `table` as a rowid table with a unique index on `key`, rows kept."""
+    names = [c.strip() for c in columns.split(",")]
+    # events.session_id is part of the key, so it must not be NULL there.
+    types = {**_COLUMN_TYPES, **({"session_id": "TEXT NOT NULL"} if table == "events" else {})}
+    definitions = ", ".join(f"{name} {types[name]}" for name in names)
+    return f"""
+        CREATE TABLE {p}{table}_rowid ({definitions});
+        INSERT INTO {p}{table}_rowid ({columns}) SELECT {columns} FROM {p}{table} ORDER BY {key};
+        DROP TABLE {p}{table};
+        ALTER TABLE {p}{table}_rowid RENAME TO {p}{table};
+        CREATE UNIQUE INDEX {p}{table}_by_key ON {p}{table} ({key});
+        """
 
 
 class SqliteDb(BaseDb):

@@ -121,9 +121,9 @@ class InMemoryDb(BaseDb):
             encoded_writes = [
                 (
                     write,
-                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    write.segments_text,
                     _codec.dumps(write.conflicts) if write.conflicts else None,
-                    _codec.dumps(write.snapshot) if write.snapshot is not None else None,
+                    write.snapshot_text,
                 )
                 for write in commit.writes
             ]

@@ -609,13 +609,13 @@ class SqliteDb(BaseDb):
                     session.session_id,
                     commit.run_id,
                     commit.step,
-                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    write.segments_text,
                     _codec.dumps(write.conflicts) if write.conflicts else None,
                     now,
                 ),
             )
-            if write.snapshot is not None:
-                text = _codec.dumps(write.snapshot)
+            text = write.snapshot_text
+            if text is not None:
                 conn.execute(
                     f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES (?,?,?,?)",
                     (key.kind, key.id, new_version, text),

@@ -8,16 +8,20 @@ not shareable) and a process-wide lock so threads queue instead of spinning on S
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise.db import _codec
-from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.base import BaseDb, on_private_loop, to_timestamp_cutoff, validate_id
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -188,6 +192,7 @@ class SqliteDb(BaseDb):
         self._write_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         if self.db_file != ":memory:":
             self._prepare_path(Path(self.db_file))
@@ -244,10 +249,29 @@ class SqliteDb(BaseDb):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+            executor, self._executor = self._executor, None
         self._local = threading.local()
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return fn(*args, **kwargs)
+        """Async callers on a shared loop (a server) reach SQLite through one dedicated
+        thread with its own connection, so the loop never waits on a disk sync, the busy
+        timeout or a commit's retry backoff. A sync call's private loop, and an in-memory
+        database (which exists only on its connection), run inline."""
+        if on_private_loop() or self.db_file == ":memory:":
+            return fn(*args, **kwargs)
+        with self._connections_lock:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="statewise-sqlite"
+                )
+            executor = self._executor
+        context = contextvars.copy_context()
+        future = executor.submit(context.run, functools.partial(fn, *args, **kwargs))
+        return await asyncio.wrap_future(future)
 
     def _migrate(self) -> None:
         migrations = _migrations(self.table_prefix)

@@ -9,6 +9,7 @@ validates, injects and calls, nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import types
 import weakref
@@ -223,14 +224,25 @@ class Function:
         fill_injected(kwargs, inspection.injected, inspection.injected_required, injected)
         return self.function(**kwargs)
 
-    async def call(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        injected: Mapping[str, Any],
+        *,
+        offload: bool = False,
+    ) -> Any:
         """Run the tool for a model's tool call.
 
-        Sync functions run inline, on the event loop's thread: session state is not
-        thread-safe, and tools are expected to be quick. `injected` maps injectable names
-        to values; the function gets only those it declares.
+        With `offload` (the run is on a shared event loop: a server, `arun` in user code),
+        a sync function runs in a worker thread, so a slow or blocking tool never stalls
+        other runs; the run waits for it, so nothing else touches its session state
+        meanwhile. Otherwise it runs inline. `injected` maps injectable names to values;
+        the function gets only those it declares.
         """
-        result = self.invoke(arguments, injected)
+        if self.is_async or not offload:
+            result = self.invoke(arguments, injected)
+        else:
+            result = await asyncio.to_thread(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
         if inspect.isawaitable(result):

@@ -22,7 +22,9 @@
     │   │   ├── ModelAuthenticationError
     │   │   ├── ModelRateLimitError
     │   │   └── ContextLengthExceededError
-    │   ├── MalformedResponseError    the provider's answer does not parse
+    │   ├── ModelConnectionError      no answer, or the connection broke mid-stream
+    │   ├── MalformedResponseError    the provider's answer does not parse (or a stream ended
+    │   │                             without its terminator)
     │   ├── CassetteMismatchError     a strict ReplayModel got a request it did not record
     │   ├── CassetteExhaustedError    a ReplayModel ran out of recorded exchanges
     │   └── ModelRequestsDisabledError real requests were switched off (tests)
@@ -159,8 +161,20 @@ class ContextLengthExceededError(ModelHTTPError):
     """The request is longer than the model's context window."""
 
 
+class ModelConnectionError(ModelError):
+    """The request got no answer, or the connection broke while the answer streamed in.
+
+    `deltas` is how many streamed pieces had already reached the caller when it broke (0
+    for a request that got no answer); the message says so too.
+    """
+
+    def __init__(self, message: str, *, deltas: int = 0) -> None:
+        super().__init__(message)
+        self.deltas = deltas
+
+
 class MalformedResponseError(ModelError):
-    """The provider's answer does not parse."""
+    """The provider's answer does not parse, or a stream ended without its terminator."""
 
 
 class CassetteMismatchError(ModelError):

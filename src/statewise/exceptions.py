@@ -8,6 +8,7 @@
     │   ├── StateValidationError      a write that breaks state_schema (names key and reason)
     │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
     │   ├── StateConflictError        a `strict` key set to different values concurrently
+    │   ├── TemplateKeyError          `strict_templates=True`: instructions name a missing key
     │   └── TempScopeError            a `temp:` key written outside a run
     ├── StorageError
     │   ├── InvalidIdError            a session/user id that is not a short printable string
@@ -59,6 +60,17 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 class StateError(StatewiseError):
     """Something is wrong with a state value or operation."""
+
+
+class TemplateKeyError(StateError, LookupError):
+    """With `strict_templates=True`, instructions reference a key the state does not have."""
+
+    def __init__(self, key: str, who: str | None = None) -> None:
+        super().__init__(
+            f"{who or 'agent'}: instructions reference {{{key}}}, which is not in the session "
+            f"state (strict_templates=True); set it, or write {{{key}?}} to render it as empty"
+        )
+        self.key = key
 
 
 class StateSerializationError(StateError, TypeError):

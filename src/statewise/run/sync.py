@@ -3,13 +3,15 @@
 With no loop running in this thread we reuse one loop per thread (a new loop per call
 costs more than a small run). Inside a running loop (Jupyter, an async web handler) the
 coroutine runs to completion on a fresh loop in a worker thread, so sync calls never
-raise "event loop is already running" and never deadlock the caller's loop.
+raise "event loop is already running" and never deadlock the caller's loop. Either way
+the coroutine sees the caller's context variables (an OpenTelemetry span, for one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import queue
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -76,7 +78,7 @@ def _run_private(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if not _in_running_loop():
-        return _run_private(_thread_runner(), coro)
+        return _run_private(_thread_runner(), coro)  # the task copies our context
     result: list[T] = []
     error: list[BaseException] = []
 
@@ -87,7 +89,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         except BaseException as exc:
             error.append(exc)
 
-    worker = threading.Thread(target=target, name="statewise-sync-run")
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(target,), name="statewise-sync-run")
     worker.start()
     worker.join()
     if error:
@@ -122,7 +125,10 @@ def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
         with asyncio.Runner() as runner:
             _run_private(runner, pump())
 
-    worker = threading.Thread(target=pump_privately, name="statewise-sync-stream")
+    context = contextvars.copy_context()
+    worker = threading.Thread(
+        target=context.run, args=(pump_privately,), name="statewise-sync-stream"
+    )
     worker.start()
     while True:
         item = items.get()

@@ -112,9 +112,12 @@ class Function:
     `injected` holds the parameters the run fills in by name (`run_context`,
     `session_state`, `agent`, ...); they are not part of `parameters`. Treat `parameters`
     as read-only: it is shared by every definition handed to a model.
+
+    `requires_confirmation` pauses the run before each call of this tool until a person
+    approves, rejects or edits it (`agent.continue_run`).
     """
 
-    __slots__ = ("_description", "_inspection", "function", "name")
+    __slots__ = ("_description", "_inspection", "function", "name", "requires_confirmation")
 
     def __init__(
         self,
@@ -123,11 +126,13 @@ class Function:
         name: str,
         description: str | None,
         inspection: _Inspection,
+        requires_confirmation: bool = False,
     ) -> None:
         self.function = function
         self.name = name
         self._description = description
         self._inspection = inspection
+        self.requires_confirmation = requires_confirmation
 
     @classmethod
     def from_callable(
@@ -136,6 +141,7 @@ class Function:
         *,
         name: str | None = None,
         description: str | None = None,
+        requires_confirmation: bool | None = None,
         lazy: bool = False,
     ) -> Function:
         """Build a tool from type hints, defaults and the docstring of `fn`.
@@ -145,13 +151,18 @@ class Function:
         described or called (problems with type hints surface then); otherwise now.
         """
         if isinstance(fn, Function):
-            if name is None and description is None:
+            if name is None and description is None and requires_confirmation is None:
                 return fn
             return cls(
                 fn.function,
                 name=fn.name if name is None else check_tool_name(name),
                 description=fn._description if description is None else description,
                 inspection=fn._inspection,
+                requires_confirmation=(
+                    fn.requires_confirmation
+                    if requires_confirmation is None
+                    else requires_confirmation
+                ),
             )
         if not callable(fn):
             raise ConfigurationError(f"a tool must be callable, got {type(fn).__name__}")
@@ -162,7 +173,13 @@ class Function:
             tool_name = inspection.name
         else:
             tool_name = check_tool_name(inspection.name)  # raises, naming the fix
-        function = cls(fn, name=tool_name, description=description, inspection=inspection)
+        function = cls(
+            fn,
+            name=tool_name,
+            description=description,
+            inspection=inspection,
+            requires_confirmation=bool(requires_confirmation),
+        )
         if not lazy:
             function._schema()
         return function

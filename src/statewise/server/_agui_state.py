@@ -96,7 +96,15 @@ class StateSync:
                 )
         if self.record is None:
             return []  # a new session: the run starts from this state (see the route)
-        base_versions = synced or self.db.probe(self.spec.session_id, self.keys)[1]
+        current = self.db.probe(self.spec.session_id, self.keys)[1]
+        if synced is not None and any(synced[k] > current[k] for k in self.keys):
+            raise Problem(
+                422,
+                "the state versions given are newer than the session's "
+                f"({_versions_json(synced)} > {_versions_json(current)})",
+                title="Invalid request",
+            )
+        base_versions = synced or current
         working = self._working_at(base_versions)
         base_view = {
             key: REDACTED if key in self.served.secret_keys else value

@@ -23,11 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import BaseModel
 
 from statewise.exceptions import ConfigurationError, MissingDependencyError, RunError
 from statewise.tools._introspect import check_tool_name
@@ -55,20 +53,54 @@ class ToolSource:
         """Release what `functions()` opened."""
 
 
-class _Arguments(BaseModel):
-    """Placeholder validator: an MCP tool's arguments are checked by its server."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class MCPFunction(Function):
-    """A tool of an MCP server: its arguments go to the server as a JSON object, as is."""
+    """A tool of an MCP server: the server's schema describes it (there is no Python
+    signature to read), and its arguments go to the server as a JSON object, as is."""
 
-    server: str = field(default="", repr=False)
+    __slots__ = ("_parameters", "server")
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        server: str,
+    ) -> None:
+        self.function = function
+        self.name = name
+        self._description = description
+        self.requires_confirmation = False
+        self._parameters = parameters
+        self.server = server
+
+    @property
+    def description(self) -> str:
+        return self._description or ""
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._parameters
+
+    @property
+    def injected(self) -> frozenset[str]:
+        return frozenset()
+
+    @property
+    def is_async(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"MCPFunction(name={self.name!r}, server={self.server!r})"
 
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(arguments, Mapping) or not all(isinstance(k, str) for k in arguments):
             raise ToolArgumentsError(self.name, ["arguments must be a JSON object"])
         return dict(arguments)
+
+    def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
+        return self.function(**self.validate_arguments(arguments))
 
 
 @dataclass(eq=False)
@@ -243,15 +275,10 @@ class MCPTools(ToolSource):
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
         return MCPFunction(
+            call_remote,
             name=check_tool_name(self.prefix + remote),
             description=tool.description or tool.title or "",
             parameters=schema,
-            injected=frozenset(),
-            function=call_remote,
-            is_async=True,
-            _validator=_Arguments,
-            _fields=(),
-            _injected_required=frozenset(),
             server=self.label,
         )
 

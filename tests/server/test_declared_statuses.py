@@ -30,8 +30,17 @@ def test_every_status_the_api_tests_see_is_declared(tmp_path: Path) -> None:
     record = tmp_path / "statuses.jsonl"
     files = sorted(str(p) for p in HERE.glob("test_*.py") if p.name not in SKIP)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not browser"]
-        + files,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not browser",
+            *files,
+        ],
         env={**os.environ, RECORD_ENV: str(record)},
         capture_output=True,
         text=True,

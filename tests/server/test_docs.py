@@ -95,12 +95,12 @@ def test_swagger_ui_renders_offline_after_asking_for_the_key(
         page.get_by_label("API key").fill(ALICE, timeout=30_000)
         page.get_by_role("button", name="Show the API").click()
         # generous timeouts: parsing Swagger UI's 1.5 MB of JavaScript is slow on a busy machine
-        paths = page.locator(".swagger-ui .opblock-summary-path")
+        paths = page.locator("#ui .opblock-summary-path")
         expect(paths.first).to_be_visible(timeout=60_000)
-        expect(page.locator(".swagger-ui")).to_contain_text(
+        expect(page.locator("#ui")).to_contain_text(
             "/v1/sessions/{session_id}/state", timeout=30_000
         )
-        expect(page.locator(".swagger-ui")).to_contain_text(
+        expect(page.locator("#ui")).to_contain_text(
             "/v1/{kind}/{name}/runs/stream", timeout=30_000
         )
         browser.close()

@@ -100,9 +100,7 @@ def test_swagger_ui_renders_offline_after_asking_for_the_key(
         expect(page.locator("#ui")).to_contain_text(
             "/v1/sessions/{session_id}/state", timeout=30_000
         )
-        expect(page.locator("#ui")).to_contain_text(
-            "/v1/{kind}/{name}/runs/stream", timeout=30_000
-        )
+        expect(page.locator("#ui")).to_contain_text("/v1/{kind}/{name}/runs/stream", timeout=30_000)
         browser.close()
     assert not errors, errors
     assert not remote, f"the docs page reached out: {remote}"

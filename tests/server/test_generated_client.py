@@ -27,6 +27,7 @@ from statewise.db import SqliteDb
 from statewise.exceptions import ModelError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo
 from statewise.server import create_app
+from tests.run.test_pause import bank
 from tests.server.conftest import (
     ADMIN,
     ALICE,
@@ -37,6 +38,7 @@ from tests.server.conftest import (
     start_server,
     stop_server,
 )
+from tests.server.test_agui import run_input
 
 PACKAGE = "statewise_generated_client"
 MAX_BODY = 64 * 1024
@@ -107,7 +109,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, 
     )
     broken = Agent(name="broken", model=FunctionModel(broken_model, id="broken"), db=db)
     app = create_app(
-        [lister, broken],
+        [lister, broken, bank(db)],
         api_keys={ALICE: "alice", BOB: "bob"},
         admin_keys={ADMIN: "ops"},
         max_body_bytes=MAX_BODY,
@@ -124,7 +126,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, 
 
 def api(env: tuple[LiveServer, Any, str], name: str) -> Any:
     _live, client, _output = env
-    for group in ("runs", "sessions", "meta"):
+    for group in ("runs", "sessions", "meta", "ag_ui"):
         try:
             return importlib.import_module(f"{client.__name__}.api.{group}.{name}")
         except ModuleNotFoundError:
@@ -172,7 +174,7 @@ def _walk_every_endpoint(env: tuple[LiveServer, Any, str], c: Any) -> None:
     health = api(env, "healthz").sync_detailed(client=c)
     assert health.status_code == 200 and health.parsed.status == "ok" and health.parsed.auth
     apps = api(env, "list_apps").sync_detailed(client=c).parsed
-    assert {a.name for a in apps.apps} == {"lister", "broken"}
+    assert {a.name for a in apps.apps} == {"lister", "broken", "bank"}
     me = api(env, "whoami").sync_detailed(client=c).parsed
     assert me.user_id == "alice" and me.admin is False
 
@@ -338,6 +340,42 @@ def _errors(env: tuple[LiveServer, Any, str], c: Any, anon: Any, wrong: Any, bob
         "agents", "broken", client=c, body=RunBody.from_dict({"input": "x"})
     )
     assert streamed.status_code == 200 and "event: error" in streamed.parsed
+
+
+def test_paused_runs_and_agui_through_the_generated_client(
+    env: tuple[LiveServer, Any, str],
+) -> None:
+    RunBody = model(env, "RunBody")
+    with connect(env) as c:
+        paused = api(env, "create_run").sync_detailed(
+            "agents", "bank", client=c, body=RunBody.from_dict({"input": "pay", "session_id": "p1"})
+        )
+        assert paused.parsed.status == "paused"
+        assert [p.tool_call_id for p in paused.parsed.pending_tool_calls] == ["t1"]
+        listed = api(env, "list_paused_runs").sync_detailed("p1", client=c).parsed
+        assert [r.run_id for r in listed.runs] == [paused.parsed.run_id]
+        assert listed.runs[0].pending_tool_calls[0].tool_name == "transfer"
+
+        ContinueBody = model(env, "ContinueBody")
+        cont = api(env, "continue_run")
+        missing = cont.sync_detailed(
+            "p1", paused.parsed.run_id, client=c, body=ContinueBody.from_dict({"approvals": {}})
+        )
+        assert "t1" in problem(env, missing, 422).detail
+        approve = ContinueBody.from_dict({"approvals": {"t1": {"approved": True}}})
+        done = cont.sync_detailed("p1", paused.parsed.run_id, client=c, body=approve)
+        assert done.status_code == 200 and done.parsed.status == "completed"
+        problem(env, cont.sync_detailed("p1", paused.parsed.run_id, client=c, body=approve), 409)
+
+        RunAgentInput = model(env, "RunAgentInput")
+        agui = api(env, "agui_run")
+        events = agui.sync_detailed(
+            "agents", "lister", client=c, body=RunAgentInput.from_dict(run_input("a1", "add z"))
+        )
+        assert events.status_code == 200 and isinstance(events.parsed, str)
+        assert "RUN_STARTED" in events.parsed and "RUN_FINISHED" in events.parsed
+        no_user = RunAgentInput.from_dict({**run_input("a2", "x"), "messages": []})
+        problem(env, agui.sync_detailed("agents", "lister", client=c, body=no_user), 422)
 
 
 def test_untyped_agents_state_is_any_object(env: tuple[LiveServer, Any, str]) -> None:

@@ -215,18 +215,46 @@ class RunMetrics(BaseModel):
     time_to_first_token: float | None
 
 
+class PendingToolCall(BaseModel):
+    """A tool call a paused run waits on."""
+
+    tool_call_id: str
+    tool_name: str
+    arguments: Any
+    kind: str = Field(description="approval, or client (a tool the client runs)")
+    reason: str | None
+
+
 class RunResult(BaseModel):
-    """A finished run."""
+    """A finished (or paused) run."""
 
     run_id: str
     session_id: str
     user_id: str | None
     agent_name: str | None
-    status: str = Field(description="completed, failed, ...")
+    status: str = Field(description="completed, paused, failed, ...")
+    pending_tool_calls: list[PendingToolCall] = Field(
+        description="A paused run's tool calls waiting for an answer (empty otherwise)"
+    )
     content: Any = Field(description="The answer: text, or structured output")
     metrics: RunMetrics
     conflicts: list[dict[str, Any]] = Field(description="State conflicts the run resolved")
     session_state: SessionState = Field(description="The state as the run left it")
+
+
+class PausedRun(BaseModel):
+    run_id: str
+    session_id: str
+    agent_name: str | None
+    input: Any
+    status: str
+    pending_tool_calls: list[PendingToolCall]
+    updated_at: float
+
+
+class PausedRunList(BaseModel):
+    session_id: str
+    runs: list[PausedRun]
 
 
 class SessionInfo(BaseModel):

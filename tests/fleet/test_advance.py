@@ -4,6 +4,7 @@ never applied again, however often the engine re-executes it (no DBOS needed).""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from statewise.workflow import StepInput
 
 
 def _flow(db: SqliteDb, calls: list[int]) -> Workflow:
-    def make(index: int) -> object:
+    def make(index: int) -> Callable[..., str]:
         def step(step_input: StepInput, run_context: RunContext) -> str:
             calls.append(index)
             run_context.session_state.setdefault("log", []).append(index)

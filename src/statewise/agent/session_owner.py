@@ -51,6 +51,15 @@ def default_enqueuer() -> Enqueuer | None:
     return _default_enqueuer
 
 
+def db_or_storage(db: BaseDb | str | None, storage: BaseDb | str | None) -> BaseDb | str | None:
+    """`storage=` is Agno's name for `db=`; giving both is a mistake."""
+    if storage is not None and db is not None:
+        raise ConfigurationError(
+            "give db= or storage= (the same thing under Agno's name), not both"
+        )
+    return storage if storage is not None else db
+
+
 class SessionOwner(TimeTravel):
     """Sessions identified by `session_id`, owned by `user_id`, in the app `app_name`;
     `session_state` is the template for new sessions."""
@@ -102,6 +111,11 @@ class SessionOwner(TimeTravel):
             app_name=self.app_name,
             kind=self._kind,
         )
+
+    @property
+    def storage(self) -> BaseDb:
+        """Agno's name for `db`."""
+        return self.db
 
     @property
     def state(self) -> SessionStateAPI:

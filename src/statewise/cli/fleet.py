@@ -157,10 +157,13 @@ def worker(
     ] = 10.0,
 ) -> None:
     """Run agents and workflows from a fleet's queues until SIGTERM, one log line per run."""
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("statewise.fleet").setLevel(logging.INFO)
+    # One plain line per record (a log line per run, fit for log collectors), never wrapped.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    fleet_log = logging.getLogger("statewise.fleet")
+    fleet_log.addHandler(handler)
+    fleet_log.setLevel(logging.INFO)
+    fleet_log.propagate = False
     with _clear_errors():
         from statewise.fleet import Worker
 

@@ -9,6 +9,8 @@ that call's state writes are undone.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -160,11 +162,18 @@ async def run_steps(
                     agent_name=rt.name,
                 )
                 observed_tool = _observe.tool_started(ctx, scope, call)
+                outcome: list[tuple[str, bool]] = []
                 try:
-                    text, is_error = await _call_tool(rt, scope, ctx, call)
+                    if stream:
+                        # Agents the tool runs (team members) stream their events live.
+                        async for event in _call_tool_relaying(rt, scope, ctx, call, outcome):
+                            yield event
+                    else:
+                        outcome.append(await _call_tool(rt, scope, ctx, call))
                 except BaseException as exc:
                     _observe.finish(observed_tool, exc)
                     raise
+                text, is_error = outcome[0]
                 _observe.tool_finished(observed_tool, text, is_error)
                 metrics.tool_calls += 1
                 result.messages.append(
@@ -226,6 +235,45 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
     raise RunError(
         f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
+
+
+EVENT_SINK = "statewise.event_sink"
+"""`RunContext.metadata` key of the queue where a streamed run collects the events of the
+agents a tool runs inside it (team members), to yield them as they happen."""
+
+
+async def _call_tool_relaying(
+    rt: AgentRuntime,
+    scope: RunScope,
+    ctx: RunContext,
+    call: ToolCall,
+    outcome: list[tuple[str, bool]],
+) -> AsyncIterator[RunEvent]:
+    """`_call_tool`, yielding the events nested runs put in the sink while it runs."""
+    sink: asyncio.Queue[RunEvent] = asyncio.Queue()
+    previous = ctx.metadata.get(EVENT_SINK)
+    ctx.metadata[EVENT_SINK] = sink
+    task = asyncio.ensure_future(_call_tool(rt, scope, ctx, call))
+    try:
+        while not task.done():
+            getter = asyncio.ensure_future(sink.get())
+            done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield getter.result()
+            else:
+                getter.cancel()
+        while not sink.empty():
+            yield sink.get_nowait()
+        outcome.append(task.result())
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if previous is None:
+            ctx.metadata.pop(EVENT_SINK, None)
+        else:
+            ctx.metadata[EVENT_SINK] = previous
 
 
 async def _call_tool(

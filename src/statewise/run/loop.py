@@ -151,6 +151,7 @@ async def run_steps(
                         "step": step,
                         "message": assistant.to_dict(),
                         "usage": response.usage.to_dict(),
+                        "request": _request_record(rt, scope, system, request.messages),
                     },
                 )
             ]
@@ -223,6 +224,33 @@ async def run_steps(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
     )
+
+
+_KEEP_CHARS = 8000
+
+
+def _request_record(
+    rt: AgentRuntime, scope: RunScope, system: str | None, messages: list[Message]
+) -> dict[str, Any]:
+    """What the model was sent, for the event log: the system prompt as rendered and the
+    messages new since the model's last answer (earlier ones are in earlier events), each
+    cut at a few thousand characters. A prompt showing secrets to the model is not kept."""
+    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and scope.store.secret_keys
+    if system is not None and exposes:
+        system = "(not recorded: it shows secret values to the model)"
+    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    new = [m for m in messages[last_answer + 1 :] if m.role != "system"]
+    return {
+        "system": _cut(system),
+        "message_count": len(messages),
+        "new_messages": [{**m.to_dict(), "content": _cut(m.content)} for m in new[-20:]],
+    }
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= _KEEP_CHARS:
+        return text
+    return text[:_KEEP_CHARS] + f"… ({len(text) - _KEEP_CHARS} more characters)"
 
 
 def as_response(value: Any, what: str) -> ModelResponse | None:

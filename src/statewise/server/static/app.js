@@ -225,8 +225,10 @@ async function* readSSE(response) {
 async function sendMessage(text) {
   if (!current.app || current.running) return;
   setRunning(true);
+  ui.messages.querySelectorAll(".msg.hint").forEach((el) => el.remove());
   addMessage("user", text);
   let bubble = null;
+  let answered = false;
   const body = { input: text };
   if (current.sessionId) body.session_id = current.sessionId;
   try {
@@ -256,6 +258,7 @@ async function sendMessage(text) {
           if (who) bubble.dataset.label = `${who} (member of ${data.member_of})`;
         }
         bubble.textContent += data.content;
+        if (!who) answered = true;
         ui.messages.scrollTop = ui.messages.scrollHeight;
       } else if (event === "tool_call_started") {
         const who = data.member_of ? `${data.agent_name}: ` : "";
@@ -275,7 +278,7 @@ async function sendMessage(text) {
         await refreshState();
       } else if (event === "run_completed") {
         const out = data.output;
-        if (!bubble && out.content !== null && out.content !== undefined) {
+        if (!answered && out.content !== null && out.content !== undefined) {
           addMessage("assistant", typeof out.content === "string" ? out.content : JSON.stringify(out.content));
         }
       } else if (event === "error") {
@@ -286,7 +289,8 @@ async function sendMessage(text) {
     addMessage("error", err.message);
   } finally {
     setRunning(false);
-    if (current.sessionId) await loadSession(current.sessionId, { keepSelection: true });
+    // Keep the transcript as it streamed (steps, members' work); a reload shows the runs.
+    if (current.sessionId) await loadSession(current.sessionId, { keepSelection: true, keepChat: true });
   }
 }
 
@@ -583,14 +587,14 @@ async function loadSession(sessionId, opts = {}) {
     renderState({}, null);
     await renderTimeline();
     const hint = addMessage("assistant", `Say something to ${current.app ? current.app.name : "the agent"} to start a new session.`);
-    hint.classList.add("muted");
+    hint.classList.add("muted", "hint");
     return;
   }
   const body = await api(`/v1/sessions/${encodeURIComponent(sessionId)}`);
   current.runs = body.runs;
   await showForkOrigin(sessionId);
   if (!opts.keepSelection) lastState = null;
-  if (!current.running) renderChat(body.runs);
+  if (!current.running && !opts.keepChat) renderChat(body.runs);
   renderState(body.state, body.version);
   await renderTimeline();
   if (opts.keepSelection && current.selectedRun) await selectRun(current.selectedRun);

@@ -22,7 +22,7 @@ from statewise.server import create_app
 from tests.server.conftest import LiveServer, start_server, stop_server
 from tests.server.test_browser import CHROMIUM, CHROMIUM_ARGS
 
-from playwright.sync_api import Page, expect, sync_playwright  # isort: skip
+from playwright.sync_api import FloatRect, Page, expect, sync_playwright  # isort: skip
 
 pytestmark = pytest.mark.browser
 
@@ -187,7 +187,7 @@ def test_events_expand_to_show_request_response_and_tool_io(
     expect(tool.get_by_test_id("event-result")).to_contain_text("noted gamma")
 
 
-def boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+def boxes_overlap(a: FloatRect, b: FloatRect) -> bool:
     return not (
         a["x"] + a["width"] <= b["x"]
         or b["x"] + b["width"] <= a["x"]

@@ -97,8 +97,20 @@ class SessionOwner(TimeTravel):
         self.db = resolve_db(db)
         self._store = self._store.on(self.db)
 
+    def create_session(self, session_id: str | None = None, *, user_id: str | None = None) -> str:
+        """Create a new, empty session and return its id (its first run or state read
+        starts from the default state, as for a session created by a run). Raises
+        `SessionExistsError` if it exists, also when another writer creates the same id
+        at the same moment: exactly one creator wins."""
+        spec = self._spec(session_id or str(uuid.uuid4()), user_id)
+        with self._store.begin(spec, mode="create") as txn:
+            txn.commit(source="create_session")
+        return spec.session_id
+
     def delete_session(self, session_id: str) -> bool:
-        return self.db.delete_session(session_id)
+        """Delete a session for good: a run still writing it fails its next commit with
+        `SessionDeletedError`, and the session does not come back."""
+        return self._store.delete_session(session_id)
 
     def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
         return self.db.prune_sessions(older_than=older_than)

@@ -19,6 +19,7 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     SessionRecord,
+    decode_commit_result,
 )
 from statewise.exceptions import StorageError, VersionConflict
 
@@ -34,6 +35,7 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
     snapshots = [_codec.dumps(w.snapshot) if w.snapshot is not None else None for w in writes]
     run = commit.run
     params: tuple[Any, ...] = (
+        commit.commit_id or None,
         session.session_id,
         commit.create_session,
         session.user_id,
@@ -91,7 +93,11 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                         f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
                     ) from exc
                 # The connection died with the call in flight: it is one transaction, so
-                # it either landed whole or not at all. Look, then answer or send it again.
+                # it either landed whole or not at all. With a commit id, sending it again
+                # is safe (the server answers a landed id, and a copy still executing waits
+                # for it); without one, look for its rows first.
+                if commit.commit_id:
+                    continue
                 last_seq = _landed(db, commit, now)
                 if last_seq is not None:
                     return CommitResult(
@@ -102,7 +108,10 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     )
                 continue
         assert row is not None
-        last_seq = int(row[0])
+        reply = str(row[0])
+        if reply.startswith("R"):
+            return decode_commit_result(commit, reply[1:], now)
+        last_seq = int(reply[1:].split("|", 1)[0])
         return CommitResult(
             versions=versions,
             first_seq=last_seq - n_events + 1,

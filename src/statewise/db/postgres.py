@@ -423,7 +423,7 @@ class PostgresDb(BaseDb):
         found = conn.execute(
             f"DELETE FROM {s}.sessions WHERE session_id = ANY(%s::text[])", (ids,)
         ).rowcount
-        for table in ("events", "runs"):
+        for table in ("events", "runs", "commits"):
             conn.execute(f"DELETE FROM {s}.{table} WHERE session_id = ANY(%s::text[])", (ids,))
         for table in ("deltas", "snapshots", "scopes"):
             conn.execute(

@@ -55,6 +55,7 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    decode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
 from statewise.db.url import mask_password
@@ -67,6 +68,8 @@ from statewise.exceptions import (
 
 try:
     import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("redis", "redis") from exc
 
@@ -90,8 +93,14 @@ class RedisDb(BaseDb):
         self.keys = Keys(prefix)
         self._closed = False
         self._own_client = client is None
+        # A dropped connection is retried: every commit carries its commit id, so a retry
+        # of a commit that landed is answered by the server, never applied twice.
         self.client: Any = client or redis.Redis.from_url(
-            url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout
+            url,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), 3),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         )
         try:
             info = self.client.info("server")
@@ -253,6 +262,8 @@ class RedisDb(BaseDb):
         now = time.time()
         keys, args = self._commit_args(commit, now)
         reply = self._call("commit", self._commit_script, keys=keys, args=args)
+        if reply[0] == 2:
+            return decode_commit_result(commit, dec(reply[1]) or "", now)
         if reply[0] == 0:
             sid = commit.session.session_id
             if dec(reply[1]) == "session":
@@ -287,7 +298,7 @@ class RedisDb(BaseDb):
             "kind": s.kind,
             "now": stamp,
             "score": repr(-now),
-            "token": uuid.uuid4().hex,
+            "token": commit.commit_id or uuid.uuid4().hex,
             "n_events": len(commit.events),
             "metadata": blob(_codec.dumps(s.metadata)),
             "writes": [],
@@ -306,6 +317,7 @@ class RedisDb(BaseDb):
             k.evm(sid),
             k.runs(sid),
             k.runord(sid),
+            k.commits(sid),
         ]
         for w in commit.writes:
             snapshot = _codec.dumps(w.snapshot) if w.snapshot is not None else None
@@ -318,6 +330,7 @@ class RedisDb(BaseDb):
             ]
             header["writes"].append(
                 {
+                    "kind": w.key.kind,
                     "base": w.base_version,
                     "seg": blob(_codec.dumps([seg.to_dict() for seg in w.segments])),
                     "meta": blob(_codec.dumps(meta)),

@@ -28,6 +28,8 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    decode_commit_result,
+    encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
 from statewise.exceptions import (
@@ -111,6 +113,16 @@ def _migrations(p: str) -> list[str]:
             PRIMARY KEY (session_id, run_id)
         );
         CREATE INDEX {p}runs_by_time ON {p}runs (session_id, created_at);
+        """,
+        # Commit ids, stored with each commit so a retried commit is never applied twice.
+        f"""
+        CREATE TABLE {p}commits (
+            session_id TEXT NOT NULL,
+            commit_id TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, commit_id)
+        ) WITHOUT ROWID;
         """,
     ]
 
@@ -503,6 +515,13 @@ class SqliteDb(BaseDb):
         now = time.time()
         session = commit.session
         n_events = len(commit.events)
+        if commit.commit_id:
+            landed = conn.execute(
+                f"SELECT result, created_at FROM {p}commits WHERE session_id = ? AND commit_id = ?",
+                (session.session_id, commit.commit_id),
+            ).fetchone()
+            if landed is not None:
+                return decode_commit_result(commit, landed[0], landed[1])
         if commit.create_session:
             try:
                 conn.execute(
@@ -620,6 +639,17 @@ class SqliteDb(BaseDb):
                     now,
                 ),
             )
+        if commit.commit_id:
+            conn.execute(
+                f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
+                f"VALUES (?,?,?,?)",
+                (
+                    session.session_id,
+                    commit.commit_id,
+                    encode_commit_result(versions, last_seq, n_events),
+                    now,
+                ),
+            )
         return CommitResult(
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
         )
@@ -632,7 +662,7 @@ class SqliteDb(BaseDb):
             found = conn.execute(
                 f"DELETE FROM {p}sessions WHERE session_id = ?", (session_id,)
             ).rowcount
-            for table in ("events", "runs"):
+            for table in ("events", "runs", "commits"):
                 conn.execute(f"DELETE FROM {p}{table} WHERE session_id = ?", (session_id,))
             for table in ("deltas", "snapshots", "scopes"):
                 conn.execute(

@@ -243,13 +243,17 @@ async def _call_tool(
         )
         if replaced is not None:
             value = replaced
-        scope.store.validate(working, {str(op.path[0]) for op in working.recorder.ops[ops_before:]})
+        # A nested run (a team member) may have committed meanwhile: then every op still
+        # pending is this call's.
+        ops = working.recorder.ops
+        new_ops = ops if savepoint < working.clean else ops[ops_before:]
+        scope.store.validate(working, {str(op.path[0]) for op in new_ops})
         text = format_tool_result(value)
     except ToolArgumentsError as exc:
-        working.recorder.rollback(savepoint)
+        working.rollback_to(savepoint)
         return f"Error: {exc}", True
     except (Exception, StatewiseError) as exc:
-        working.recorder.rollback(savepoint)
+        working.rollback_to(savepoint)
         return f"Error: {type(exc).__name__}: {exc}", True
     working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))
     return text, False

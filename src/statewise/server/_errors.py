@@ -14,14 +14,16 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from statewise.agent.sessions import StaleStateVersionError
 from statewise.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
     InvalidIdError,
     ModelError,
     RunError,
+    SessionDeletedError,
+    SessionExistsError,
     SessionNotFoundError,
+    StaleStateVersionError,
     StateConflictError,
     StateError,
     StatewiseError,
@@ -79,8 +81,12 @@ def problem_for(exc: BaseException) -> Problem:
         return exc
     if isinstance(exc, StaleStateVersionError):
         return Problem(412, str(exc), title="State version is stale", current_version=exc.actual)
+    if isinstance(exc, SessionDeletedError):
+        return Problem(410, str(exc), title="Session deleted")
     if isinstance(exc, SessionNotFoundError):
         return Problem(404, str(exc), title="Session not found")
+    if isinstance(exc, SessionExistsError):
+        return Problem(409, str(exc), title="Session exists")
     if isinstance(exc, InvalidIdError):
         return Problem(400, str(exc), title="Invalid id")
     if isinstance(exc, StateConflictError):

@@ -108,6 +108,11 @@ async def create_run(
             raise Problem(404, f"no session {session_id!r}", title="Session not found")
         if body.user_id is None:
             user_id = found[0].user_id  # the session keeps its owner
+    else:
+        # A new session is created before the run, as a create: when two callers create
+        # the same id at once, exactly one gets it and the other a 409, never a write into
+        # (or a read of) the winner's session.
+        await run_in_threadpool(served.obj.create_session, session_id, user_id=user_id)
     secrets = served.secret_keys
     if "text/event-stream" in (accept or ""):
         events = await _start(served, body, session_id, user_id, stream=True)

@@ -193,11 +193,12 @@ class Workflow(SessionOwner):
     async def _events(self, request: _Request) -> AsyncIterator[RunEvent]:
         store = self._store
         started = time.perf_counter()
-        working = await store.db._run_async(store.checkout, request.spec)
+        txn = await store.abegin(request.spec)
+        working = txn.working
         spec = working.spec
         plan = request.resume
         run_id = plan.record.run_id if plan else new_id()
-        scope = StepScope(store=store, working=working, run_id=run_id)
+        scope = StepScope(txn=txn, run_id=run_id)
         ctx = RunContext(
             run_id=run_id,
             session_id=spec.session_id,
@@ -207,6 +208,7 @@ class Workflow(SessionOwner):
             metadata={SCOPE_KEY: scope},
             _working=working,
             _store=store,
+            _txn=txn,
         )
         ex = Executor(
             workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
@@ -279,6 +281,9 @@ class Workflow(SessionOwner):
                     ],
                     step=index + 1,
                     source=f"step:{step.name}",
+                    # One id per run and step: a step executed again (a second resumer,
+                    # a replaying executor) cannot apply its state changes twice.
+                    commit_id=f"{run_id}:step:{index}",
                 )
                 if changed is not None:
                     yield changed
@@ -315,13 +320,13 @@ class Workflow(SessionOwner):
                     metrics=metrics,
                     agent_name=self.name,
                     conflicts=scope.conflicts,
-                    state_loader=store.state_loader(working),
+                    state_loader=txn.state_loader(),
                     step_outputs=outputs,
                 )
             )
         except BaseException as exc:
             keep = False
-            working.discard_uncommitted()
+            txn.discard()
             scope.pending.clear()
             if working.record is not None:
                 record.status = "failed"
@@ -339,7 +344,7 @@ class Workflow(SessionOwner):
                 )
             raise
         finally:
-            store.release(working, keep=keep)
+            txn.close(keep=keep)
 
     @overload
     async def arun(

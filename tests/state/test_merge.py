@@ -75,12 +75,28 @@ def test_last_write_wins_records_the_overwritten_value() -> None:
     }
 
 
-def test_equal_writes_are_not_conflicts_and_strict_raises() -> None:
+def test_equal_writes_from_one_base_are_recorded_conflicts_and_strict_raises() -> None:
+    # Two `k += 1` from base 1 both write 2: keeping one loses an increment, so equal
+    # values are a conflict too (recorded under last_write_wins, raised under strict).
     base = {"k": 1}
     theirs = run_writer(base, lambda s: s.__setitem__("k", 2))
     same = run_writer(base, lambda s: s.__setitem__("k", 2))
     latest = after(base, theirs)
-    assert rebase(latest, theirs, same, Rules({"k": "strict"})).conflicts == []
+    result = rebase(latest, theirs, same, Rules())
+    assert [c.to_json() for c in result.conflicts] == [
+        {
+            "path": ["k"],
+            "rule": "last_write_wins",
+            "base": 1,
+            "theirs": 2,
+            "ours": 2,
+            "resolved": 2,
+        }
+    ]
+    with pytest.raises(StateConflictError):
+        rebase(after(base, theirs), theirs, same, Rules({"k": "strict"}))
+    with pytest.raises(StateConflictError):
+        rebase(after(base, theirs), theirs, same, Rules(default="strict"))
     other = run_writer(base, lambda s: s.__setitem__("k", 3))
     with pytest.raises(StateConflictError, match="state\\['k'\\]"):
         rebase(after(base, theirs), theirs, other, Rules({"k": "strict"}))

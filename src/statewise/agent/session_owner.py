@@ -39,6 +39,7 @@ class SessionOwner(TimeTravel):
         app_name: str | None,
         state_schema: type | None,
         state_rules: Mapping[str, Rule] | None,
+        default_state_rule: Rule = "last_write_wins",
         secret_keys: Sequence[str] | None,
     ) -> None:
         self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
@@ -49,9 +50,9 @@ class SessionOwner(TimeTravel):
         self.session_id = validate_id(session_id) if session_id is not None else None
         self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
         self.app_name = app_name or self.name or "default"
-        rules = Rules(state_rules or {})
+        rules = Rules(state_rules or {}, default=default_state_rule)
         if self.schema is not None:
-            rules = Rules(self.schema.rules()).merged(rules)
+            rules = Rules(self.schema.rules(), default=default_state_rule).merged(rules)
         self._store = StateStore(
             self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
         )

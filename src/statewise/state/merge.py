@@ -3,8 +3,19 @@
 When a commit loses its compare-and-swap, the storage layer calls `rebase` with the latest
 stored state (which already contains `theirs`, the ops other writers committed since our
 base version) and re-applies `ours`. Commuting ops apply as they are; a set/delete whose
-path overlaps what theirs touched is resolved by the path's rule and, unless both sides
-agree, recorded as a `Conflict`: never a silent loss.
+path overlaps what theirs touched is resolved by the path's rule and always recorded as a
+`Conflict`: never a silent loss. That includes both sides writing the *same* value: from
+one base, two `n += 1` both write `base + 1`, and keeping one of them loses an increment,
+so it is a conflict like any other (`strict` raises, `last_write_wins` records it).
+
+List ops rebase by position against the ops other writers applied to the same list:
+
+- `insert(i, x)`: `i` is shifted past every element theirs inserted at or before `i` (an
+  insert at the same index as theirs goes after theirs) and back by every element
+  theirs removed before `i`; an index past the end appends.
+- `remove(x)` of the element at index `i`: the same shift finds where that element is now;
+  if it is no longer there (theirs removed it too), nothing more is removed rather than
+  another element equal to `x`.
 """
 
 from __future__ import annotations
@@ -24,12 +35,15 @@ __all__ = ["Conflict", "RebaseResult", "Rules", "rebase"]
 class Rules:
     """Merge rules by top-level key or dotted path; the most specific prefix wins."""
 
-    __slots__ = ("_rules",)
+    __slots__ = ("_default", "_rules")
 
-    def __init__(self, mapping: Mapping[str, Rule] | None = None) -> None:
+    def __init__(
+        self, mapping: Mapping[str, Rule] | None = None, *, default: Rule = "last_write_wins"
+    ) -> None:
         self._rules: dict[tuple[str, ...], Rule] = {
             tuple(key.split(".")): resolve_rule(rule) for key, rule in (mapping or {}).items()
         }
+        self._default: Rule = resolve_rule(default)
 
     def rule_for(self, path: Path) -> Rule:
         if self._rules:
@@ -38,11 +52,16 @@ class Rules:
                 rule = self._rules.get(parts[:n])
                 if rule is not None:
                     return rule
-        return "last_write_wins"
+        return self._default
+
+    @property
+    def default(self) -> Rule:
+        """The rule of every path no entry names (`last_write_wins` unless set)."""
+        return self._default
 
     def merged(self, other: Rules | Mapping[str, Rule] | None) -> Rules:
         """A new Rules with `other`'s entries overriding ours."""
-        new = Rules()
+        new = Rules(default=self._default)
         new._rules = dict(self._rules)
         new._rules.update(other._rules if isinstance(other, Rules) else Rules(other)._rules)
         return new
@@ -172,9 +191,6 @@ class _Rebase:
         rule = self.rules.rule_for(path)
         theirs = _get(self.doc, path)
         if isinstance(rule, str):
-            if not forced and _same(theirs, ours):
-                self.write(path, theirs, ours)
-                return
             if rule == "strict":
                 raise StateConflictError(format_path(path), theirs, ours)
             resolved = ours
@@ -187,17 +203,17 @@ class _Rebase:
         # (when the commit loses another race) does not count the other writers twice.
         if not self.write(path, theirs, resolved):
             resolved = theirs
-        if forced or not _same(theirs, resolved) or not isinstance(rule, str):
-            self.result.conflicts.append(
-                Conflict(
-                    path=path,
-                    base=base,
-                    theirs=theirs,
-                    ours=ours,
-                    resolved=resolved,
-                    rule=rule_name(rule),
-                )
+        # A path both sides changed from one base is always recorded, equal values too.
+        self.result.conflicts.append(
+            Conflict(
+                path=path,
+                base=base,
+                theirs=theirs,
+                ours=ours,
+                resolved=resolved,
+                rule=rule_name(rule),
             )
+        )
 
     def write(self, path: Path, prior: Any, value: Any) -> bool:
         if value is MISSING:

@@ -99,6 +99,7 @@ class Workflow(SessionOwner):
         overwrite_db_session_state: bool = False,
         state_schema: type | None = None,
         state_rules: Mapping[str, Rule] | None = None,
+        default_state_rule: Rule = "last_write_wins",
         secret_keys: Sequence[str] | None = None,
         markdown: bool = False,
     ) -> None:
@@ -115,6 +116,7 @@ class Workflow(SessionOwner):
             app_name=app_name,
             state_schema=state_schema,
             state_rules=state_rules,
+            default_state_rule=default_state_rule,
             secret_keys=secret_keys,
         )
         self.overwrite_db_session_state = overwrite_db_session_state

@@ -181,7 +181,7 @@ def check_identity(
         return
     if mode == "create":
         raise SessionExistsError(
-            f"session {sid!r} was created by another writer first; nothing was written"
+            f"session {sid!r} already exists: another writer created it first; nothing was written"
         )
     if (now.user_id or None) != (spec.user_id or None) or (
         now.app_name is not None and now.app_name != spec.app_name

@@ -9,6 +9,7 @@ from typing import Any
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
 from statewise.db.transaction import AsyncTransaction
+from statewise.run import _observe
 from statewise.run.events import StateChanged
 
 
@@ -39,8 +40,19 @@ class RunScope:
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> StateChanged | None:
-        committed = await self.txn.commit(
-            events, run=run, run_id=self.run_id, step=step, source=source, commit_id=commit_id
+        observed = _observe.commit_started(self, self.working.spec.session_id, source, step)
+        try:
+            committed = await self.txn.commit(
+                events, run=run, run_id=self.run_id, step=step, source=source, commit_id=commit_id
+            )
+        except BaseException as exc:
+            _observe.commit_finished(observed, error=exc)
+            raise
+        _observe.commit_finished(
+            observed,
+            versions={key.kind: version for key, version in committed.versions.items()},
+            ops=committed.changes,
+            conflicts=committed.conflicts,
         )
         self.conflicts.extend(committed.conflicts)
         if not committed.changes:

@@ -37,6 +37,7 @@ class FaultProxy:
         self.on_fault: Callable[[], None] | None = None
         self.match: bytes | None = None
         self.fired = 0
+        self.hook_errors: list[Exception] = []
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._closed = False
@@ -83,10 +84,12 @@ class FaultProxy:
                 target=self._pump, args=(server, client, False, conn), daemon=True
             ).start()
 
-    @staticmethod
-    def _fire(hook: object) -> None:
+    def _fire(self, hook: object) -> None:
         if callable(hook):
-            hook()
+            try:
+                hook()
+            except Exception as exc:  # reported by the test through `hook_errors`
+                self.hook_errors.append(exc)
 
     def _pump(
         self, src: socket.socket, dst: socket.socket, upstream: bool, conn: dict[str, object]
@@ -109,10 +112,12 @@ class FaultProxy:
                     if fault == "after_request":
                         self._fire(conn.get("hook"))
                         raise OSError("cut after request")
-                    dst.sendall(data)
                     if fault == "after_reply":
+                        # The other writer commits before our client sees the reply.
                         self._fire(conn.get("hook"))
+                        dst.sendall(data)
                         raise OSError("cut after reply")
+                    dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):

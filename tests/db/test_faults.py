@@ -104,7 +104,7 @@ def test_postgres_commit_through_a_dropped_connection_lands_exactly_once(
                     ),  # type: ignore[misc]
                 )
             )
-        assert proxy.fired == 5
+        assert (proxy.fired, proxy.hook_errors) == (5, [])
         _check(outcomes, f"PostgreSQL, drop {fault}")
     finally:
         for db in (faulty, direct, other):

@@ -75,6 +75,9 @@ workflow = Workflow(
         function_step(5),
     ],
     session_state={"trail": [], "total": 0},
+    # The killed run's lease expires a second after its last renewal; the resuming
+    # process starts later than that.
+    run_lease_seconds=1.0,
 )
 
 if MODE == "run":

@@ -105,6 +105,16 @@ def migrations(s: str) -> list[str]:
             double precision);
         """
         + _commit_function_with_id(s),
+        # Run leases: who is running (or resuming) a run, until when.
+        f"""
+        CREATE TABLE {s}.run_leases (
+            session_id text NOT NULL,
+            run_id text NOT NULL,
+            owner text NOT NULL,
+            expires_at double precision NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        );
+        """,
     ]
 
 

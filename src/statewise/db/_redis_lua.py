@@ -119,3 +119,25 @@ for i = 1, #KEYS, 3 do
 end
 return out
 """
+
+
+CLAIM_RUN = r"""#!lua
+-- KEYS[1] the session's run leases hash; ARGV: run id, owner, new expiry, now.
+-- A lease is "owner|expiry"; taken when free, ours, or expired. Returns 1 or 0.
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held then
+  local owner, expires = string.match(held, '^(.*)|([^|]*)$')
+  if owner ~= ARGV[2] and tonumber(expires) > tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+return 1
+"""
+
+RELEASE_RUN = r"""#!lua
+-- KEYS[1] the session's run leases hash; ARGV: run id, owner.
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held and string.match(held, '^(.*)|[^|]*$') == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+"""

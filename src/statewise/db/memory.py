@@ -57,6 +57,7 @@ class InMemoryDb(BaseDb):
         self._events: dict[str, list[tuple[int, str | None, str, str, float]]] = {}
         self._runs: dict[str, dict[str, RunRecord]] = {}
         self._commits: dict[str, dict[str, str]] = {}  # session id -> commit id -> result
+        self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
 
     def __repr__(self) -> str:
         return "InMemoryDb()"
@@ -294,6 +295,21 @@ class InMemoryDb(BaseDb):
         found.sort(key=lambda s: (-s.updated_at, s.session_id))
         return found[offset : offset + limit]
 
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        now = time.time()
+        with self._lock:
+            held = self._leases.get((session_id, run_id))
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._leases[(session_id, run_id)] = (owner, now + ttl)
+            return True
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        with self._lock:
+            held = self._leases.get((session_id, run_id))
+            if held is not None and held[0] == owner:
+                del self._leases[(session_id, run_id)]
+
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
         with self._lock:
@@ -302,6 +318,8 @@ class InMemoryDb(BaseDb):
             self._runs.pop(session_id, None)
             self._scopes.pop(ScopeKey("session", session_id), None)
             self._commits.pop(session_id, None)
+            for lease in [k for k in self._leases if k[0] == session_id]:
+                del self._leases[lease]
             return existed
 
     def prune_sessions(

@@ -116,6 +116,8 @@ class RedisDb(BaseDb):
             )
         self._commit_script = self.client.register_script(lua.COMMIT)
         self._load_script = self.client.register_script(lua.LOAD)
+        self._claim_script = self.client.register_script(lua.CLAIM_RUN)
+        self._release_script = self.client.register_script(lua.RELEASE_RUN)
 
     def __repr__(self) -> str:
         return f"RedisDb(url={mask_password(self.url)!r}, prefix={self.prefix!r})"
@@ -359,6 +361,24 @@ class RedisDb(BaseDb):
                     run[name] = getattr(r, name)
             header["run"] = run
         return keys, [_codec.dumps(header), *blobs]
+
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        now = time.time()
+        reply = self._call(
+            "run lease",
+            self._claim_script,
+            keys=[self.keys.leases(session_id)],
+            args=[run_id, owner, repr(now + ttl), repr(now)],
+        )
+        return int(reply) == 1
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        self._call(
+            "run lease release",
+            self._release_script,
+            keys=[self.keys.leases(session_id)],
+            args=[run_id, owner],
+        )
 
     def delete_session(self, session_id: str) -> bool:
         from statewise.db._redis_admin import delete_sessions

@@ -124,6 +124,16 @@ def _migrations(p: str) -> list[str]:
             PRIMARY KEY (session_id, commit_id)
         ) WITHOUT ROWID;
         """,
+        # Run leases: who is running (or resuming) a run, until when.
+        f"""
+        CREATE TABLE {p}run_leases (
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        ) WITHOUT ROWID;
+        """,
     ]
 
 
@@ -679,6 +689,35 @@ class SqliteDb(BaseDb):
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
         )
 
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        p = self.table_prefix
+        now = time.time()
+
+        def claim(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                f"INSERT INTO {p}run_leases (session_id, run_id, owner, expires_at) "
+                f"VALUES (?,?,?,?) ON CONFLICT (session_id, run_id) DO UPDATE SET "
+                f"owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE {p}run_leases.owner = excluded.owner OR {p}run_leases.expires_at <= ? "
+                f"RETURNING owner",
+                (session_id, run_id, owner, now + ttl, now),
+            ).fetchone()
+            return row is not None
+
+        try:
+            return self._write(claim)
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite run lease on {self.db_file!r} failed: {exc}") from exc
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        p = self.table_prefix
+        self._write(
+            lambda conn: conn.execute(
+                f"DELETE FROM {p}run_leases WHERE session_id = ? AND run_id = ? AND owner = ?",
+                (session_id, run_id, owner),
+            )
+        )
+
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
         p = self.table_prefix
@@ -687,7 +726,7 @@ class SqliteDb(BaseDb):
             found = conn.execute(
                 f"DELETE FROM {p}sessions WHERE session_id = ?", (session_id,)
             ).rowcount
-            for table in ("events", "runs", "commits"):
+            for table in ("events", "runs", "commits", "run_leases"):
                 conn.execute(f"DELETE FROM {p}{table} WHERE session_id = ?", (session_id,))
             for table in ("deltas", "snapshots", "scopes"):
                 conn.execute(

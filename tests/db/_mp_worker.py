@@ -48,7 +48,9 @@ def increment_worker(spec: tuple[str, ...], session_id: str, n: int, barrier: An
         for _ in range(n):
             ws = store.checkout(session)
             try:
-                ws.root["n"] = ws.root.get("n", 0) + 1
+                n = ws.root.get("n", 0)
+                time.sleep(0.002)  # read, think, write: what makes `+=` race
+                ws.root["n"] = n + 1
                 store.commit(ws, source="counter")
             finally:
                 store.release(ws)

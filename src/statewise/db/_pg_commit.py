@@ -74,7 +74,10 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     sql, params = commit_params(db._s, commit, now)
     n_events = len(commit.events)
     versions = {w.key: w.base_version + 1 for w in commit.writes}
-    for attempt in (1, 2):
+    # With a commit id, sending again is always safe: keep going past every pooled
+    # connection that died with the same fault, up to a fresh one.
+    attempts = db.pool_size + 2 if commit.commit_id else 2
+    for attempt in range(1, attempts + 1):
         with db._connection() as conn:
             try:
                 row = conn.execute(sql, params).fetchone()
@@ -86,7 +89,7 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     # store re-probes and tries again, as after any lost race.
                     sid = commit.session.session_id
                     raise VersionConflict(f"session {sid!r} ({exc.sqlstate})", 0) from exc
-                if not (conn.broken or conn.closed) or attempt == 2:
+                if not (conn.broken or conn.closed) or attempt == attempts:
                     if isinstance(exc, psycopg.OperationalError):
                         raise db._unavailable(exc) from exc
                     raise StorageError(

@@ -204,6 +204,12 @@ class BaseDb(ABC):
         call inline, since a thread hop costs more than their I/O."""
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking function that does I/O on this database, from async code, the
+        way this database's own async methods do (inline for local databases, in a worker
+        thread for network ones)."""
+        return await self._run_async(fn, *args, **kwargs)
+
     async def aprobe(
         self, session_id: str, keys: Sequence[ScopeKey]
     ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:

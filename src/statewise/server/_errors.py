@@ -17,9 +17,12 @@ from starlette.responses import JSONResponse
 from statewise.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
+    InvalidApprovalError,
     InvalidIdError,
     ModelError,
     RunError,
+    RunNotFoundError,
+    RunNotPausedError,
     SessionDeletedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -83,6 +86,12 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(412, str(exc), title="State version is stale", current_version=exc.actual)
     if isinstance(exc, SessionDeletedError):
         return Problem(410, str(exc), title="Session deleted")
+    if isinstance(exc, RunNotFoundError):
+        return Problem(404, str(exc), title="Run not found")
+    if isinstance(exc, RunNotPausedError):
+        return Problem(409, str(exc), title="Run is not paused", run_status=exc.status)
+    if isinstance(exc, InvalidApprovalError):
+        return Problem(422, str(exc), title="Invalid approvals")
     if isinstance(exc, SessionNotFoundError):
         return Problem(404, str(exc), title="Session not found")
     if isinstance(exc, SessionExistsError):

@@ -204,17 +204,19 @@ def _silent_losses(db: BaseDb) -> tuple[int, int, int]:
 def test_concurrent_increments_never_lose_an_update_silently(
     mp_spec: tuple[str, ...],
 ) -> None:
-    """4 processes x 100 `n += 1` under the default rule: increments are lost (that is
-    what last_write_wins means), but every commit that lost one records a conflict."""
+    """2 processes x 100 `n += 1` under the default rule: increments are lost (that is
+    what last_write_wins means), but every commit that lost one records a conflict. (Two
+    writers mostly collide from one base, writing equal values: the case that used to go
+    unrecorded.)"""
     import multiprocessing
 
     from tests.db._mp_worker import increment_worker, open_backend
 
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(4) as pool:
-        barrier = manager.Barrier(4)
+    with ctx.Manager() as manager, ctx.Pool(2) as pool:
+        barrier = manager.Barrier(2)
         jobs = [
-            pool.apply_async(increment_worker, (mp_spec, "counter", 100, barrier)) for _ in range(4)
+            pool.apply_async(increment_worker, (mp_spec, "counter", 100, barrier)) for _ in range(2)
         ]
         for job in jobs:
             job.get(timeout=120)
@@ -223,7 +225,7 @@ def test_concurrent_increments_never_lose_an_update_silently(
         silent, lossy, final = _silent_losses(db)
     finally:
         db.close()
-    assert silent == 0, f"{silent} of {lossy} lossy commits recorded no conflict (n={final} of 400)"
+    assert silent == 0, f"{silent} of {lossy} lossy commits recorded no conflict (n={final} of 200)"
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])

@@ -76,6 +76,7 @@ class _Request:
     resume: _Resume | None = None
     run_id: str | None = None  # set by advance(): the run's id, chosen by the caller
     until: int | None = None  # run only the steps before this index (advance)
+    leased: bool = True  # False: a durable engine owns the run (advance)
 
 
 RESUMABLE = ("failed", "running")
@@ -211,6 +212,10 @@ class Workflow(SessionOwner):
         """Own the run with a lease for as long as it runs, then run it."""
         sid = request.spec.session_id
         run_id = request.resume.record.run_id if request.resume else (request.run_id or new_id())
+        if not request.leased:
+            async for event in self._owned_events(request, run_id):
+                yield event
+            return
         owner, ttl = new_id(), self.run_lease_seconds
         if not await self.db.aclaim_run(sid, run_id, owner, ttl):
             raise RunError(
@@ -540,6 +545,9 @@ class Workflow(SessionOwner):
             resume=plan,
             run_id=run_id,
             until=until,
+            # The engine decides who runs the run (and recovers it at once when a worker
+            # dies); each step's commit id keeps a re-executed step from applying twice.
+            leased=False,
         )
         return run_sync(_advance(self._events(request)))
 

@@ -101,18 +101,19 @@ class FaultProxy:
                     if hook is not False:
                         self._fire(hook)
                         raise OSError("cut before request")
-                    for fault in ("after_request", "after_reply"):
-                        hook = self._take(fault, data)  # type: ignore[arg-type]
+                    armed: tuple[Fault, ...] = ("after_request", "after_reply")
+                    for fault in armed:
+                        hook = self._take(fault, data)
                         if hook is not False:
                             conn["fault"], conn["hook"] = fault, hook
                             break
                     dst.sendall(data)
                 else:
-                    fault = conn.get("fault")
-                    if fault == "after_request":
+                    cut = conn.get("fault")
+                    if cut == "after_request":
                         self._fire(conn.get("hook"))
                         raise OSError("cut after request")
-                    if fault == "after_reply":
+                    if cut == "after_reply":
                         # The other writer commits before our client sees the reply.
                         self._fire(conn.get("hook"))
                         dst.sendall(data)

@@ -73,10 +73,7 @@ def test_two_forks_racing_for_one_new_id_exactly_one_wins(opener: Opener) -> Non
         for i in range(15):
             target = f"fork{i}"
             results = _race(
-                *(
-                    lambda a=a, t=target: a.fork_session("src", new_session_id=t)  # type: ignore[misc]
-                    for a in agents
-                )
+                *(lambda a=a, t=target: a.fork_session("src", new_session_id=t) for a in agents)
             )
             wins = [r for r in results if r == target]
             errors = [r for r in results if isinstance(r, StatewiseError)]

@@ -33,9 +33,9 @@ def server_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseDb
     from statewise.db.postgres import PostgresDb
 
     schema = f"sw_test_{secrets.token_hex(4)}"
-    db = PostgresDb(POSTGRES_URL, schema=schema, pool_size=4)
-    yield db
-    db.close()
+    pg = PostgresDb(POSTGRES_URL, schema=schema, pool_size=4)
+    yield pg
+    pg.close()
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
@@ -98,7 +98,7 @@ def test_patch_without_if_match_merges_concurrent_writers(served: LiveServer) ->
         assert r.status_code == 200
         responses = _together(
             *(
-                lambda k=k: alice.patch(  # type: ignore[misc]
+                lambda k=k: alice.patch(
                     "/v1/sessions/p/state",
                     json={f"k{k}": k},
                     headers={"Content-Type": "application/merge-patch+json"},
@@ -120,7 +120,7 @@ def test_if_match_is_one_atomic_check_and_write(served: LiveServer) -> None:
             etag = got.headers["ETag"]
             responses = _together(
                 *(
-                    lambda k=k, round_=round_, etag=etag: alice.patch(  # type: ignore[misc]
+                    lambda k=k, round_=round_, etag=etag: alice.patch(
                         "/v1/sessions/m/state",
                         json={"winner": k, f"r{round_}": k},
                         headers={

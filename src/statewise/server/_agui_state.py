@@ -97,7 +97,9 @@ class StateSync:
                     "a frontend; pass per-run values in forwardedProps",
                 )
         if self.record is None:
-            return []  # a new session: the run starts from this state (see the route)
+            # A new session: the run starts from this state (see the route).
+            self._check_shared(sorted(k for k in state if scope_of(k)[0] == "app"), principal)
+            return []
         current = self.db.probe(self.spec.session_id, self.keys)[1]
         if synced is not None and any(synced[k] > current[k] for k in self.keys):
             raise Problem(
@@ -126,13 +128,10 @@ class StateSync:
         ops = working.recorder.ops
         if not ops:
             return []
-        shared = sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"})
-        if shared and not principal.admin:
-            raise Problem(
-                403,
-                f"the app: scope is shared by every user; only an admin key can change "
-                f"{', '.join(shared)}",
-            )
+        self._check_shared(
+            sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"}),
+            principal,
+        )
         committed = self.store.commit(
             working,
             events=[
@@ -144,6 +143,15 @@ class StateSync:
             source="agui:frontend_state",
         )
         return committed.conflicts
+
+    @staticmethod
+    def _check_shared(keys: list[str], principal: Principal) -> None:
+        if keys and not principal.admin:
+            raise Problem(
+                403,
+                f"the app: scope is shared by every user; only an admin key can change "
+                f"{', '.join(keys)}",
+            )
 
     def _working_at(self, versions: Mapping[ScopeKey, int]) -> WorkingState:
         """The session's state as it was at `versions`, checked out for a commit based

@@ -65,6 +65,11 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
             f"{format_path(path)}: float {value!r} is not valid JSON (NaN and infinity "
             "are not allowed; store None or a string instead)"
         )
+    if tp is list:  # before the Mapping check, which is slow for a list
+        return [
+            item if type(item) in _SCALARS else to_json_value(item, (*path, i))
+            for i, item in enumerate(value)
+        ]
     if tp is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         items = dict.items(value) if isinstance(value, dict) else value.items()

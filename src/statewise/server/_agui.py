@@ -44,6 +44,7 @@ from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
+from statewise.server._schema import AUTH, BODY, DB, problems
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -113,7 +114,17 @@ def _session_spec(served: Served, session_id: str, user_id: str | None) -> Sessi
 @router.post(
     "/v1/{kind}/{name}/agui",
     summary="Run over the AG-UI protocol (Server-Sent Events)",
-    responses={200: {"description": "AG-UI events", "content": {"text/event-stream": {}}}},
+    response_model=None,
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "AG-UI events",
+            "content": {
+                "text/event-stream": {"schema": {"type": "string", "description": "AG-UI events"}}
+            },
+        },
+        **problems(*BODY, *AUTH, 404, 409, *DB, 502),
+    },
 )
 async def agui_run(
     body: Annotated[RunAgentInput, Body(description="An AG-UI RunAgentInput")],

@@ -234,8 +234,8 @@ class BaseDb(ABC):
 
     async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking function that does I/O on this database, from async code, the
-        way this database's own async methods do (inline for local databases, in a worker
-        thread for network ones)."""
+        way this database's own async methods do (off the loop's thread on a shared loop,
+        inline on a sync call's private loop; see `_run_async`)."""
         return await self._run_async(fn, *args, **kwargs)
 
     async def aprobe(

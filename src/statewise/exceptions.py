@@ -8,6 +8,8 @@
     │   ├── StateValidationError      a write that breaks state_schema (names key and reason)
     │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
     │   ├── StateConflictError        a `strict` key set to different values concurrently
+    │   ├── StateTooLargeError        a commit bigger than the size limit
+    │   ├── ReservedKeyError          a reserved name (`__ttl__`, any `__x__`) written
     │   └── TempScopeError            a `temp:` key written outside a run
     ├── StorageError
     │   ├── InvalidIdError            a session/user id that is not a short printable string
@@ -17,6 +19,7 @@
     │   ├── SchemaVersionError        the database was written by an unknown schema version
     │   └── DatabaseUnavailableError  cannot reach or open the database (password masked)
     ├── SecretsError                  missing or wrong STATEWISE_ENCRYPTION_KEY
+    ├── InvalidInputError             run input that cannot be stored (not valid Unicode)
     ├── ModelError
     │   ├── ModelHTTPError            the provider answered with an error status
     │   │   ├── ModelAuthenticationError
@@ -89,6 +92,14 @@ class StateConflictError(StateError):
         self.ours = ours
 
 
+class ReservedKeyError(StateError, ValueError):
+    """Names like `__ttl__` (any `__x__`) hold the engine's bookkeeping; only it writes them."""
+
+
+class StateTooLargeError(StateError, ValueError):
+    """One commit's state changes exceed the size limit."""
+
+
 class TempScopeError(StateError):
     """`temp:` keys only exist during a run."""
 
@@ -132,6 +143,10 @@ class DatabaseUnavailableError(StorageError, ConnectionError):
 
 class SecretsError(StatewiseError):
     """Secret state cannot be encrypted or decrypted with the configured key."""
+
+
+class InvalidInputError(StatewiseError, ValueError):
+    """A run's input cannot be stored (e.g. it is not valid Unicode)."""
 
 
 class ModelError(StatewiseError):

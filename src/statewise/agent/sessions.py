@@ -19,6 +19,7 @@ from statewise.db.records import NewEvent, ScopeKey
 from statewise.db.store import SessionSpec, StateStore, WorkingState, _Pending, scope_of
 from statewise.exceptions import SessionNotFoundError, StateError, TempScopeError
 from statewise.state.jsonvalue import to_json_value
+from statewise.state.reserved import check_writable, is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
 REDACTED = "***"
@@ -74,6 +75,7 @@ def _strict(store: StateStore) -> _StrictStore:
 
 
 def _check_keys(keys: Any) -> None:
+    check_writable(keys)
     for key in keys:
         if not isinstance(key, str) or not key:
             raise StateError(f"state keys must be non-empty strings, got {key!r}")
@@ -136,7 +138,9 @@ def replace_session_state(
     plain = to_json_value(dict(state), ())
 
     def change(root: TrackedDict, secrets: frozenset[str]) -> None:
-        for name in [k for k in root if scope_of(k)[0] == "session" and k not in plain]:
+        for name in [
+            k for k in root if scope_of(k)[0] == "session" and k not in plain and not is_reserved(k)
+        ]:
             del root[name]
         for name, value in plain.items():
             if name in secrets and value == REDACTED and name in root:

@@ -114,8 +114,9 @@ class TimeTravel:
                     )
                     targets[f"{shared.kind}:"] = self._store.scope_at(shared, shared_version)
             root = working.root
-            for prefix, target in targets.items():
-                _restore(root, prefix, target)
+            with root.engine_writes():  # the engine's own keys (`__ttl__`) come back too
+                for prefix, target in targets.items():
+                    _restore(root, prefix, target)
             self._store.commit(
                 working,
                 source=f"rollback:to={version}",
@@ -151,8 +152,9 @@ class TimeTravel:
         try:
             if not working.is_new:
                 raise StateError(f"cannot fork into {new_id!r}: that session exists")
-            for name, value in target.items():
-                working.root[name] = value
+            with working.root.engine_writes():
+                for name, value in target.items():
+                    working.root[name] = value
             self._store.commit(
                 working,
                 source=f"fork:{sid}",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewise.db.records import NewEvent
-from statewise.exceptions import RunError, StatewiseError
+from statewise.exceptions import RunError, StateError, StatewiseError
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -30,6 +30,7 @@ from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, Tool
 from statewise.run.output import RunMetrics
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
+from statewise.state.jsonvalue import clean_text, text_problem, to_json_value
 from statewise.tools import ToolArgumentsError, call_with_hooks, format_tool_result
 
 
@@ -120,6 +121,7 @@ async def run_steps(
             response = replaced
         ctx.metadata.pop("model_response", None)
         scope.working.mark("callback:after_model")
+        _check_response(response)
         assistant = response.to_message()
         result.messages.append(assistant)
         events = [
@@ -187,6 +189,27 @@ async def run_steps(
     )
 
 
+def _check_response(response: ModelResponse) -> None:
+    """Make what the model sent storable: arguments that are not JSON (NaN, infinity, lone
+    surrogates, too deep) become an argument error the model is told about, like invalid
+    JSON; lone surrogates in its text are replaced."""
+    if response.content is not None:
+        response.content = clean_text(response.content)
+    for call in response.tool_calls:
+        call.name = clean_text(call.name)
+        if call.id is not None:
+            call.id = clean_text(call.id)
+        if call.arguments_error is not None:
+            call.arguments_error = clean_text(call.arguments_error)
+            call.arguments = {}
+            continue
+        try:
+            call.arguments = to_json_value(call.arguments, ("arguments",))
+        except StateError as exc:
+            call.arguments_error = str(exc).replace("state['arguments']", "arguments")
+            call.arguments = {}
+
+
 def as_response(value: Any, what: str) -> ModelResponse | None:
     """What a model callback returned, as a response: None (go on), a ModelResponse, or a
     str (a text answer)."""
@@ -197,6 +220,10 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
     raise RunError(
         f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
+
+
+class ToolResultError(ValueError):
+    """A tool returned something that cannot be stored or sent to the model."""
 
 
 async def _call_tool(
@@ -245,11 +272,14 @@ async def _call_tool(
             value = replaced
         scope.store.validate(working, {str(op.path[0]) for op in working.recorder.ops[ops_before:]})
         text = format_tool_result(value)
+        problem = text_problem(text)
+        if problem is not None:
+            raise ToolResultError(f"the tool's result {problem}")
     except ToolArgumentsError as exc:
         working.recorder.rollback(savepoint)
-        return f"Error: {exc}", True
+        return clean_text(f"Error: {exc}"), True
     except (Exception, StatewiseError) as exc:
         working.recorder.rollback(savepoint)
-        return f"Error: {type(exc).__name__}: {exc}", True
+        return clean_text(f"Error: {type(exc).__name__}: {exc}"), True
     working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))
     return text, False

@@ -17,6 +17,7 @@ from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._serialize import event_json, output_json, sse
+from statewise.state.reserved import check_writable
 
 Kind = Literal["agents", "teams", "workflows"]
 MAX_INPUT_CHARS = 100_000
@@ -100,6 +101,9 @@ async def create_run(
     accept: Annotated[str | None, Header()] = None,
 ) -> Any:
     served = _served(registry, kind, name)
+    if body.session_state:
+        principal.check_shared_write(body.session_state, "session_state")
+        check_writable(body.session_state)
     user_id = _user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
     found = await run_in_threadpool(registry.find_session, session_id)

@@ -31,7 +31,7 @@ from statewise.db.store import SessionSpec, new_id
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.models.messages import Message
 from statewise.run.context import RunContext
-from statewise.run.driver import initialize_state
+from statewise.run.driver import check_input, initialize_state
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.sync import iterate_sync, run_sync
@@ -147,6 +147,7 @@ class Workflow(SessionOwner):
             input = plan.input
         elif input is None:
             raise ConfigurationError("Workflow.run needs input=...")
+        check_input(input)
         return _Request(
             input=input,
             spec=spec,

@@ -214,6 +214,9 @@ class SqliteDb(BaseDb):
 
     @property
     def _conn(self) -> sqlite3.Connection:
+        # Every use checks that the file is still the one we opened (one stat): through a
+        # deleted file, writes would vanish, and a new connection would create an empty one.
+        self._check_file()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:

@@ -36,10 +36,10 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
         value = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         return {}, f"tool arguments are not valid JSON ({exc.msg} at position {exc.pos}): {raw!r}"
-    except _NotJson as exc:
-        return {}, f"tool arguments are not valid JSON ({exc}): {raw!r}"
     except RecursionError:
         return {}, "tool arguments nest too deeply"
+    except ValueError as exc:  # NaN/Infinity, an integer with too many digits
+        return {}, f"tool arguments are not valid JSON ({exc}): {raw[:200]!r}"
     if not isinstance(value, dict):
         return {}, f"tool arguments must be a JSON object, got {type(value).__name__}: {raw!r}"
     return value, None

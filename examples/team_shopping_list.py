@@ -1,4 +1,4 @@
-"""A team whose two members edit one shopping list (seed 001: state shared by a team).
+"""A team whose two members edit one shopping list.
 
 The leader delegates "add ..." to the Adder and "remove ..." to the Remover; both members'
 tools write the team's session state, the Remover sees what the Adder added in the same

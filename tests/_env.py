@@ -14,3 +14,17 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
+
+
+def without_modules(*modules: str) -> str:
+    """Python source that makes importing any of `modules` fail as if it were not installed,
+    to prefix a `python -c` script: tests a missing extra without uninstalling it."""
+    return (
+        "import importlib.abc, sys\n"
+        "class _Blocked(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {sorted(modules)!r}:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _Blocked())\n"
+    )

@@ -1,4 +1,4 @@
-"""Seed 004: the lifecycle of session state written by callbacks, checked as it happens.
+"""The lifecycle of session state written by callbacks, checked as it happens.
 
 Each callback writes one key through `callback_context.state`, then asserts three things:
 which keys it can already see (every write is visible at once), which are already in the

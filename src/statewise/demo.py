@@ -1,4 +1,4 @@
-"""The shopping-list agent of seed 001, with an offline model that plays the LLM's part.
+"""A shopping-list agent, with an offline model that plays the LLM's part.
 
 `shopping_list_model` reads the user's request and calls the agent's tools the way a real
 model would; for its answer it reads the list from the system message, which statewise

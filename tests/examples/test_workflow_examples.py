@@ -33,8 +33,8 @@ def stored(db_file: Path, session_id: str) -> tuple[dict[str, Any], SqliteDb]:
     return Agent(db=db).get_session_state(session_id), db
 
 
-def test_seed003_shopping_list_workflow(tmp_path: Path) -> None:
-    result = load("seed003_workflow_shopping_list").main(str(tmp_path))
+def test_shopping_list_workflow(tmp_path: Path) -> None:
+    result = load("workflow_shopping_list").main(str(tmp_path))
     assert [s["shopping_list"] for s in result["states"]] == [
         ["milk", "bread", "eggs"],
         ["milk", "bread", "eggs", "apples", "bananas"],
@@ -140,7 +140,7 @@ def test_team_members_edit_one_shopping_list(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "seed003_workflow_shopping_list",
+        "workflow_shopping_list",
         "workflow_condition_router",
         "workflow_parallel_fanout",
         "team_shopping_list",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from statewise.cli.serve import load_target, split_target
 from statewise.exceptions import ConfigurationError
-from tests._env import subprocess_env
+from tests._env import subprocess_env, without_modules
 
 APP_FILE = """
 from statewise import Agent
@@ -67,30 +68,45 @@ def free_port() -> int:
         return port
 
 
-def test_serve_process_binds_loopback_without_keys(tmp_path: Path) -> None:
+def serve_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "statewise", "serve", *args, "--log-level", "warning"]
+
+
+def test_serve_refuses_a_public_host_without_api_keys(tmp_path: Path) -> None:
     path = tmp_path / "myapp.py"
     path.write_text(APP_FILE)
-    port = free_port()
+    env = subprocess_env(STATEWISE_API_KEYS="", STATEWISE_ADMIN_KEYS="")
+    done = subprocess.run(
+        serve_cmd(f"{path}:echo", "--host", "0.0.0.0", "--port", "0"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "refusing to serve on 0.0.0.0 without API keys" in done.stderr
+    assert "STATEWISE_API_KEYS" in done.stderr and "--host 127.0.0.1" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_serve_port_zero_prints_the_port_it_listens_on(tmp_path: Path) -> None:
+    path = tmp_path / "myapp.py"
+    path.write_text(APP_FILE)
     env = subprocess_env(STATEWISE_API_KEYS="", STATEWISE_ADMIN_KEYS="")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "statewise.cli.serve",
-            f"{path}:echo",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
+        serve_cmd(f"{path}:echo", "--port", "0"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", first)
+        assert match, first
+        port = int(match.group(1))
+        assert port != 0
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -105,7 +121,24 @@ def test_serve_process_binds_loopback_without_keys(tmp_path: Path) -> None:
         assert r.json()["content"] == "pong"
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=10)
-    assert "not binding to 0.0.0.0" in err and "127.0.0.1 only" in err
-    assert f"http://127.0.0.1:{port}/" in out
-    assert "agents/echo" in out
+        _, err = proc.communicate(timeout=10)
+    assert "no API keys configured" in err
+
+
+def test_serve_without_the_server_extra_is_one_line(tmp_path: Path) -> None:
+    script = without_modules("fastapi", "uvicorn") + (
+        "sys.argv = ['statewise', 'serve']\nfrom statewise.cli import main\nmain()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "statewise serve: 'uvicorn' is not installed; install it with: "
+        "pip install 'statewise[server]'"
+    ]

@@ -162,7 +162,7 @@ class Agent(SessionOwner):
         stream: bool,
     ) -> RunRequest:
         spec = self._spec(session_id, user_id)
-        # The agent continues with the session it last ran, as the seed documents expect.
+        # The agent continues with the session it last ran, as Agno's does.
         # It does not remember the caller's user_id: a server sharing one agent between
         # users must never run one user's request as another's.
         self.session_id = spec.session_id

@@ -1,7 +1,6 @@
 """What agents, teams and workflows share: sessions, their state, and time travel.
 
-One implementation of the session API (seeds 001-003 promise the same behaviour on all
-three), so the façades cannot drift apart.
+One implementation of the session API (the same behaviour on all three), so the façades cannot drift apart.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ class SessionOwner(TimeTravel):
 
     @property
     def state(self) -> SessionStateAPI:
-        """The current session's state, read and written outside a run (seed 002)."""
+        """The current session's state, read and written outside a run."""
         return SessionStateAPI(self)
 
     def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:

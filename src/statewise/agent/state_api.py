@@ -1,4 +1,4 @@
-"""`agent.state`: read and write a session's state outside a run (seed 002).
+"""`agent.state`: read and write a session's state outside a run.
 
 Every call checks the session out, so it sees what other processes committed, and every
 write is committed at once, recorded in the event log as an API call.

@@ -11,7 +11,7 @@ from rich.text import Text
 USAGE_ERROR = 2
 RUN_FAILED = 1
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one error, one line
 
 
 class CliError(Exception):

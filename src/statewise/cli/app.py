@@ -14,18 +14,22 @@ from rich.pretty import Pretty
 from statewise.cli._errors import CliError, fail
 from statewise.cli.serve import serve
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="statewise",
     help="Stateful LLM agents whose session state is never lost. Run `statewise demo` first.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
+    context_settings=HELP_OPTIONS,
 )
 state_app = typer.Typer(
     name="state",
     help="Look at a session's state: now, its history of changes, and what changed between "
     "two versions.",
     no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
 )
 app.add_typer(state_app)
 console = Console()
@@ -39,6 +43,30 @@ def _clear_errors() -> Iterator[None]:
         yield
     except CliError as exc:
         fail(str(exc), hint=exc.hint)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from statewise import __version__
+
+        typer.echo(f"statewise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Stateful LLM agents whose session state is never lost. Run `statewise demo` first."""
 
 
 DbOption = Annotated[
@@ -61,7 +89,7 @@ def demo(
     ] = Path("tmp/statewise_demo.db"),
     stream: Annotated[bool, typer.Option(help="Stream the answers token by token.")] = False,
 ) -> None:
-    """Run seed 001's shopping-list agent offline: several runs, two sessions, on SQLite."""
+    """Run a shopping-list agent offline: several runs, two sessions, on SQLite."""
     from statewise.demo import DEMO_RUNS, shopping_agent
 
     agent = shopping_agent(str(db_file))

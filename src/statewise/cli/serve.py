@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -114,7 +115,8 @@ def serve(
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
     /docs. API keys come from STATEWISE_API_KEYS="key=user,..." and STATEWISE_ADMIN_KEYS;
-    without keys the server binds to 127.0.0.1 only."""
+    without keys the server only binds to a loopback address (--host 127.0.0.1).
+    --port 0 picks a free port and prints it."""
     try:
         import uvicorn
 
@@ -122,39 +124,59 @@ def serve(
         from statewise.server._auth import KeyRing
         from statewise.server._middleware import is_loopback
     except ImportError as exc:
-        raise MissingDependencyError(getattr(exc, "name", None) or "fastapi", "server") from exc
+        missing = MissingDependencyError(getattr(exc, "name", None) or "fastapi", "server")
+        typer.echo(f"statewise serve: {missing}", err=True)
+        raise typer.Exit(2) from None
 
     if db:
         os.environ["STATEWISE_DB_URL"] = db
     try:
         keys = KeyRing()
+        if not keys.enabled and not is_loopback(host):
+            raise ConfigurationError(
+                f"refusing to serve on {host} without API keys: anyone who can reach it "
+                "could read and change every session. Set STATEWISE_API_KEYS='key=user,...' "
+                f"(and STATEWISE_ADMIN_KEYS) to serve others, or use --host {LOOPBACK}."
+            )
         objects = load_target(target)
         if db:
             _use_db(objects, db)
         app = create_app(objects)
+        sock = _bind(host, port)
     except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)
         raise typer.Exit(2) from exc
     if not keys.enabled:
-        if not is_loopback(host):
-            typer.echo(
-                f"statewise serve: no API keys configured, so not binding to {host}: serving "
-                f"on {LOOPBACK} only. Set STATEWISE_API_KEYS='key=user,...' to serve others.",
-                err=True,
-            )
-        else:
-            typer.echo(
-                "statewise serve: no API keys configured (STATEWISE_API_KEYS): no auth, "
-                f"bound to {LOOPBACK} only.",
-                err=True,
-            )
-        host = LOOPBACK
+        typer.echo(
+            "statewise serve: no API keys configured (STATEWISE_API_KEYS): no auth, "
+            f"loopback only ({host}).",
+            err=True,
+        )
+    port = int(sock.getsockname()[1])
     registry = app.state.statewise_registry
     shown = "localhost" if host in ("0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
     typer.echo(f"statewise serve: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)")
     for served in registry.all():
         typer.echo(f"  {served.kind}/{served.name}  POST /v1/{served.kind}/{served.name}/runs")
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    sys.stdout.flush()
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
+    server.run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn, so `--port 0` can print the port the system chose."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def main() -> None:  # pragma: no cover - `python -m statewise.cli.serve`

@@ -31,6 +31,15 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as exc:  # before the modules below, which import psycopg too
+    from statewise.exceptions import MissingDependencyError
+
+    raise MissingDependencyError("psycopg", "postgres") from exc
+
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_rows import is_dead as _is_dead
@@ -57,13 +66,6 @@ from statewise.exceptions import (
     SchemaVersionError,
     StorageError,
 )
-
-try:
-    import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg_pool import ConnectionPool, PoolTimeout
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingDependencyError("psycopg", "postgres") from exc
 
 T = TypeVar("T")
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -40,7 +40,7 @@ class RunContext:
 
     @session_state.setter
     def session_state(self, value: Mapping[str, Any] | None) -> None:
-        # Seed documents write `run_context.session_state = {}` when it is empty; assigning
+        # Agno-style code writes `run_context.session_state = {}` when it is empty; assigning
         # replaces the contents (recorded as ops) rather than detaching the live view.
         root = self.session_state
         if value is root:

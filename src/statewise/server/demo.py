@@ -1,5 +1,6 @@
-"""The demo app that `statewise serve` serves when given no target: seed 001's
-shopping-list agent and seed 003's shopping-list workflow, both offline, on one SQLite file (or on `--db` / STATEWISE_DB_URL).
+"""The demo app that `statewise serve` serves when given no target: a
+shopping-list agent and a two-step shopping-list workflow, both offline, on one SQLite
+file (or on `--db` / STATEWISE_DB_URL).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def remove_all_items(session_state: dict[str, Any]) -> str:
 def shopping_agent(db: BaseDb) -> Agent:
     return Agent(
         name="shopping-list",
-        description="Seed 001: manages a shopping list in session state (offline model)",
+        description="Manages a shopping list in session state (offline model)",
         model=FunctionModel(shopping_list_model, id="shopping-list-player"),
         db=db,
         session_state={"shopping_list": []},
@@ -44,7 +45,7 @@ def shopping_agent(db: BaseDb) -> Agent:
 
 
 def shopping_workflow(db: BaseDb) -> Workflow:
-    """Seed 003's workflow: a shopping assistant step, then a list manager step."""
+    """A two-step workflow: a shopping assistant step, then a list manager step."""
     assistant = Agent(
         name="Shopping Assistant",
         model=FunctionModel(shopping_list_model, id="shopping-assistant-player"),

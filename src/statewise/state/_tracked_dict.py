@@ -64,7 +64,7 @@ class TrackedDict(base.Node, dict[str, Any]):
         return self._wrap(key, value) if type(value) in base.FACTORIES else value
 
     def has(self, key: str) -> bool:
-        """Seed-002 spelling of `key in state`."""
+        """Agno-style spelling of `key in state`."""
         return dict.__contains__(self, key)
 
     def __iter__(self) -> Iterator[str]:
@@ -125,7 +125,7 @@ class TrackedDict(base.Node, dict[str, Any]):
         self._assign(key, converted, recorder, path)
 
     def set(self, key: str, value: Any) -> None:
-        """Seed-002 spelling of `state[key] = value`."""
+        """Agno-style spelling of `state[key] = value`."""
         self[key] = value
 
     def _remove(self, key: str) -> Any:
@@ -143,7 +143,7 @@ class TrackedDict(base.Node, dict[str, Any]):
         self._remove(key)
 
     def delete(self, key: str) -> None:
-        """Delete `key`; a missing key is not an error (seed 002)."""
+        """Delete `key`; a missing key is not an error."""
         if dict.__contains__(self, key):
             self._remove(key)
 
@@ -172,7 +172,7 @@ class TrackedDict(base.Node, dict[str, Any]):
         return self[key]
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        """`dict.update(mapping_or_pairs, **kw)`, or seed 002's `update(key, dict)` which
+        """`dict.update(mapping_or_pairs, **kw)`, or the `update(key, dict)` form which
         merges `dict` into the dict stored at `key`. Converts every value before writing,
         so a bad value changes nothing."""
         if len(args) == 2 and isinstance(args[0], str) and not kwargs:

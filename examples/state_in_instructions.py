@@ -1,7 +1,7 @@
-"""Seed 001: state in instructions, switching sessions on run, and overwriting the stored
+"""State in instructions, switching sessions on run, and overwriting the stored
 state. The offline model answers from the rendered system message, as an LLM would.
 
-Run: python examples/seed001_state_in_instructions.py
+Run: python examples/state_in_instructions.py
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Seed 001: an agent managing a shopping list in session state, persisted in SQLite.
+"""An agent managing a shopping list in session state, persisted in SQLite.
 
 The first example adds items with one tool; the second keeps the list across five runs of
 one session (add, remove, add, list, clear and start over). An offline model
 (`statewise.demo.shopping_list_model`) plays the LLM's part.
 
-Run: python examples/seed001_shopping_list.py
+Run: python examples/shopping_list.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Seed 001: agentic session state. `enable_agentic_state=True` gives the model an
+"""Agentic session state. `enable_agentic_state=True` gives the model an
 `update_session_state` tool; `add_session_state_to_context=True` shows it the state.
 
-Run: python examples/seed001_agentic_state.py
+Run: python examples/agentic_state.py
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003: a shopping-list workflow whose two agent steps share one session state,
+"""A shopping-list workflow whose two agent steps share one session state,
 persisted in SQLite.
 
 Both agents receive the workflow's input as their message and work on the workflow's
@@ -6,7 +6,7 @@ state through `run_context.session_state`. Offline models play the two LLMs: the
 the request and call the tools a real model would call. Each completed step is committed
 with its output, so `workflow.get_state_history()` shows which step changed what.
 
-Run: python examples/seed003_workflow_shopping_list.py
+Run: python examples/workflow_shopping_list.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from statewise.db import SqliteDb
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
 
-# Define tools to manage a shopping list in workflow session state (as in the seed)
+# Define tools to manage a shopping list in workflow session state
 def add_item(run_context: RunContext, item: str) -> str:
     """Add an item to the shopping list in workflow session state.
 
@@ -130,7 +130,7 @@ def list_manager_model(messages: list[Message], info: RequestInfo) -> ModelRespo
     return ModelResponse(tool_calls=calls)
 
 
-# ---- the workflow of the seed --------------------------------------------------------------
+# ---- the workflow --------------------------------------------------------------------------
 
 
 def build(db_file: str) -> Workflow:

@@ -1,13 +1,13 @@
-"""Seed 000: dynamic session state through a tool hook, templated into instructions.
+"""Dynamic session state through a tool hook, templated into instructions.
 
 A Toolkit registers `process_customer_request`; a tool hook handles every call itself and
 edits `run_context.session_state`. The instructions show `{customer_profiles}`.
 
-The source document ends with: "The system prompt will NOT contain customer '789'" on the
-second tool call. In statewise it does: instructions are re-rendered from state before
+Some frameworks render instructions once per run, so the second model call would not see
+customer '789' created by the first. In statewise it does: instructions are re-rendered from state before
 every model call. `main()` returns the system prompts the model saw, so this is checked.
 
-Run: python examples/seed000_dynamic_session_state.py
+Run: python examples/dynamic_session_state.py
 """
 
 from __future__ import annotations

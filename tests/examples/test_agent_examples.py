@@ -1,4 +1,4 @@
-"""Every seed document's example runs offline and leaves the state the document describes."""
+"""Every agent example runs offline and leaves the state its docstring describes."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def stored_session_count(db_file: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM statewise_sessions").fetchone()[0])
 
 
-def test_seed000_second_model_call_sees_the_customer_created_by_the_first() -> None:
-    result = load("seed000_dynamic_session_state").main()
+def test_second_model_call_sees_the_customer_created_by_the_first() -> None:
+    result = load("dynamic_session_state").main()
     prompts = result["system_prompts"]
     assert len(prompts) == 3
     assert "789" not in prompts[0]
-    assert '"789":{"name":"Tom"}' in prompts[1]  # the documented bug, fixed
+    assert '"789":{"name":"Tom"}' in prompts[1]  # re-rendered before the second model call
     assert result["state"]["customer_profiles"] == {
         "123": {"name": "Jane Doe"},
         "789": {"name": "Tom"},
@@ -43,8 +43,8 @@ def test_seed000_second_model_call_sees_the_customer_created_by_the_first() -> N
     assert 'Profile for 789: {"name": "Tom"}' in result["output"].content
 
 
-def test_seed001_shopping_list_persists_across_runs(tmp_path: Path) -> None:
-    result = load("seed001_shopping_list").main(str(tmp_path))
+def test_shopping_list_persists_across_runs(tmp_path: Path) -> None:
+    result = load("shopping_list").main(str(tmp_path))
     assert result["first"] == {"shopping_list": ["milk", "eggs", "bread"]}
     lists = [state["shopping_list"] for state in result["runs"]]
     assert lists == [
@@ -57,15 +57,15 @@ def test_seed001_shopping_list_persists_across_runs(tmp_path: Path) -> None:
     assert stored_session_count(tmp_path / "example.db") == 1
 
 
-def test_seed001_agentic_state(tmp_path: Path) -> None:
-    result = load("seed001_agentic_state").main(str(tmp_path / "agents.db"))
+def test_agentic_state(tmp_path: Path) -> None:
+    result = load("agentic_state").main(str(tmp_path / "agents.db"))
     assert result["state"] == {"shopping_list": ["milk", "eggs", "bread"]}
     # The answer read the updated state back from the re-rendered system message.
     assert '"shopping_list": ["milk", "eggs", "bread"]' in result["output"].content
 
 
-def test_seed001_state_in_instructions_sessions_and_overwrite(tmp_path: Path) -> None:
-    result = load("seed001_state_in_instructions").main(str(tmp_path))
+def test_state_in_instructions_sessions_and_overwrite(tmp_path: Path) -> None:
+    result = load("state_in_instructions").main(str(tmp_path))
     assert result["name"] == "Your name is John."
     assert result["answers"] == [
         "Your name is John.",
@@ -76,8 +76,8 @@ def test_seed001_state_in_instructions_sessions_and_overwrite(tmp_path: Path) ->
     assert result["overwrite"] == [{"shopping_list": ["Potatoes"]}, {"secret_number": 43}]
 
 
-def test_seed002_state_api(tmp_path: Path) -> None:
-    result: dict[str, Any] = load("seed002_state_api").main(str(tmp_path))
+def test_state_api(tmp_path: Path) -> None:
+    result: dict[str, Any] = load("state_api").main(str(tmp_path))
     assert result["basic"]["user_name"] == "Alice"
     assert result["basic"]["preferences"] == {"theme": "dark", "language": "en"}
     assert '"user_name": "Alice"' in result["basic"]["response"]
@@ -98,11 +98,11 @@ def test_seed002_state_api(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "seed000_dynamic_session_state",
-        "seed001_shopping_list",
-        "seed001_agentic_state",
-        "seed001_state_in_instructions",
-        "seed002_state_api",
+        "dynamic_session_state",
+        "shopping_list",
+        "agentic_state",
+        "state_in_instructions",
+        "state_api",
     ],
 )
 def test_examples_run_as_scripts(name: str, tmp_path: Path) -> None:

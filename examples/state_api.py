@@ -1,8 +1,8 @@
-"""Seed 002: the state API (`agent.state.get/set/has/delete/update/clear/get_all`), state
+"""The state API (`agent.state.get/set/has/delete/update/clear/get_all`), state
 persisted per session_id, complex nested state, tools that take `agent_state`, a stateful
 chat wrapper with lifecycle management, and validation/backup/restore.
 
-Run: python examples/seed002_state_api.py
+Run: python examples/state_api.py
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from statewise import Agent
-from statewise.db import SqliteDb
+from statewise.db import BaseDb, SqliteDb
 from statewise.db.testing import Harness
 from statewise.exceptions import CorruptRecordError, DatabaseUnavailableError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
@@ -32,7 +32,7 @@ def add(session_state: dict[str, object], item: str) -> str:
     return "added"
 
 
-def _agent(db: object) -> Agent:
+def _agent(db: BaseDb) -> Agent:
     return Agent(name="app", model=FunctionModel(_model), db=db, tools=[add], user_id="u")
 
 

@@ -25,7 +25,7 @@ def agentic_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
             content=f"Updated. Session state is now {shown.group(1) if shown else '?'}"
         )
     request = messages[-1].content or ""
-    match = re.match(r"add (.+?) to the shopping list", request, re.I)
+    match = re.search(r"\badd (.+)", request, re.I)
     items = parse_items(match.group(1)) if match else []
     return ModelResponse(
         tool_calls=[
@@ -34,14 +34,23 @@ def agentic_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
     )
 
 
-def main(db_file: str = "tmp/agents.db") -> dict[str, Any]:
-    agent = Agent(
+def build(db_file: str) -> Agent:
+    return Agent(
         db=SqliteDb(db_file=db_file),
         model=FunctionModel(agentic_model),
         session_state={"shopping_list": []},
         add_session_state_to_context=True,  # Required so the agent is aware of the session state
         enable_agentic_state=True,  # Adds a tool to manage the session state
     )
+
+
+# `statewise run examples/agentic_state.py "Add milk and eggs"` runs this agent
+# (sessions in tmp/agents.db).
+agent = build("tmp/agents.db")
+
+
+def main(db_file: str = "tmp/agents.db") -> dict[str, Any]:
+    agent = build(db_file)
     output = agent.print_response("Add milk, eggs, and bread to the shopping list", stream=True)
     print(f"Session state: {agent.get_session_state()}")
     return {"state": agent.get_session_state(), "output": output}

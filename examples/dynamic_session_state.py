@@ -97,9 +97,8 @@ class StepByStepModel:
         return ModelResponse(content=f"Done: {messages[-1].content}")
 
 
-def main() -> dict[str, Any]:
-    player = StepByStepModel()
-    agent = Agent(
+def build(player: StepByStepModel) -> Agent:
+    return Agent(
         model=FunctionModel(player),
         tools=[CustomerDBTools()],
         tool_hooks=[customer_management_hook],
@@ -111,6 +110,16 @@ def main() -> dict[str, Any]:
         resolve_in_context=True,
         db=InMemoryDb(),
     )
+
+
+# `statewise run examples/dynamic_session_state.py "Create customer 789 named Tom"` runs
+# this agent (in memory: pass --db sqlite:///tmp/customers.db to keep the session).
+agent = build(StepByStepModel())
+
+
+def main() -> dict[str, Any]:
+    player = StepByStepModel()
+    agent = build(player)
     prompt = "First, create customer 789 named 'Tom'. Then, retrieve Tom's profile. Step by step."
     output = agent.print_response(prompt, stream=False)
     print("System prompt of the second model call:", player.system_prompts[1])

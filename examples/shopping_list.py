@@ -38,10 +38,10 @@ def first_example(db_file: str) -> dict[str, Any]:
     return agent.get_session_state()
 
 
-def multi_run_example(db_file: str) -> list[dict[str, Any]]:
+def shopping_agent(db_file: str) -> Agent:
     from statewise.demo import add_item as add_item_once
 
-    agent = Agent(
+    return Agent(
         model=FunctionModel(shopping_list_model),
         session_state={"shopping_list": []},
         db=SqliteDb(db_file=db_file),
@@ -49,6 +49,15 @@ def multi_run_example(db_file: str) -> list[dict[str, Any]]:
         instructions=INSTRUCTIONS,
         markdown=True,
     )
+
+
+# `statewise run examples/shopping_list.py "Add milk and eggs"` runs this agent
+# (sessions in tmp/example.db).
+agent = shopping_agent("tmp/example.db")
+
+
+def multi_run_example(db_file: str) -> list[dict[str, Any]]:
+    agent = shopping_agent(db_file)
     states = []
     for message in [
         "Add milk, eggs, and bread to the shopping list",

@@ -125,8 +125,19 @@ def preference_model(messages: list[Message], info: RequestInfo) -> ModelRespons
     )
 
 
+def preferences_agent(db: str | None = None) -> Agent:
+    return Agent(
+        model=FunctionModel(preference_model), tools=[counter_tool, user_preference_tool], db=db
+    )
+
+
+# `statewise run examples/state_api.py "Increment the counter"` runs this agent, whose tools
+# take `agent_state` (sessions in tmp/state_api.db).
+agent = preferences_agent("sqlite:///tmp/state_api.db")
+
+
 def state_aware_tools() -> dict[str, Any]:
-    agent = Agent(model=FunctionModel(preference_model), tools=[counter_tool, user_preference_tool])
+    agent = preferences_agent()
     agent.run("Increment the counter")
     agent.run("Set my theme preference to dark")
     return agent.get_session_state()

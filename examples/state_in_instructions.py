@@ -41,12 +41,21 @@ def state_in_instructions(db_file: str) -> str:
     return str(agent.print_response("What is my name?", stream=True).content)
 
 
-def changing_state_on_run(db_file: str) -> list[str]:
-    agent = Agent(
+def name_and_age_agent(db_file: str) -> Agent:
+    return Agent(
         db=SqliteDb(db_file=db_file),
         model=FunctionModel(answer_from_instructions),
         instructions="Users name is {user_name} and age is {age}",
     )
+
+
+# `statewise run examples/state_in_instructions.py "What is my name?" --state
+# '{"user_name": "Ann", "age": 41}'` runs this agent (sessions in tmp/instructions.db).
+agent = name_and_age_agent("tmp/instructions.db")
+
+
+def changing_state_on_run(db_file: str) -> list[str]:
+    agent = name_and_age_agent(db_file)
     answers = []
     # Sets the session state for the session with the id "user_1_session_1"
     answers.append(

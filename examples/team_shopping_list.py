@@ -107,6 +107,10 @@ def build(db_file: str) -> Team:
     )
 
 
+# `statewise run examples/team_shopping_list.py "Add milk and eggs"` runs this team (sessions in tmp/team.db).
+team = build("tmp/team.db")
+
+
 def main(db_dir: str = "tmp") -> dict[str, Any]:
     team = build(f"{db_dir}/team.db")
     answers, states = [], []

@@ -90,6 +90,10 @@ def build(db_file: str) -> Workflow:
     )
 
 
+# `statewise run examples/workflow_condition_router.py "ada: please refund my charge"` runs this workflow (sessions in tmp/triage.db).
+workflow = build("tmp/triage.db")
+
+
 def main(db_dir: str = "tmp") -> dict[str, Any]:
     workflow = build(f"{db_dir}/triage.db")
     answers = []

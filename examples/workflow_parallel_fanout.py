@@ -63,6 +63,10 @@ def build(db_file: str) -> Workflow:
     )
 
 
+# `statewise run examples/workflow_parallel_fanout.py "count the documents"` runs this workflow (sessions in tmp/fanout.db).
+workflow = build("tmp/fanout.db")
+
+
 def main(db_dir: str = "tmp") -> dict[str, Any]:
     workflow = build(f"{db_dir}/fanout.db")
     output = workflow.print_response(input="count the documents", session_id="fanout")

@@ -108,9 +108,11 @@ def assistant_model(messages: list[Message], info: RequestInfo) -> ModelResponse
         return _answer_from_tools(messages)
     request = messages[-1].content or ""
     calls = []
-    if match := re.search(r"\badd (.+?) to (?:my|the) (?:shopping )?list", request, re.I):
+    if match := re.search(
+        r"\badd (.+?)(?: to (?:my|the) (?:shopping )?list|[.!]?$)", request, re.I
+    ):
         calls = [ToolCall("add_item", {"item": item}) for item in _items(match.group(1))]
-    elif match := re.search(r"\bremove (.+?) from (?:my|the) list", request, re.I):
+    elif match := re.search(r"\bremove (.+?)(?: from (?:my|the) list|[.!]?$)", request, re.I):
         calls = [ToolCall("remove_item", {"item": item}) for item in _items(match.group(1))]
     if not calls:
         return ModelResponse(content="Nothing for me to add or remove; the list manager takes it.")
@@ -178,6 +180,10 @@ def build(db_file: str) -> Workflow:
         steps=[manage_items_step, view_list_step],
         session_state={"shopping_list": []},
     )
+
+
+# `statewise run examples/workflow_shopping_list.py "Add milk and eggs"` runs this workflow (sessions in tmp/workflow.db).
+workflow = build("tmp/workflow.db")
 
 
 def main(db_dir: str = "tmp") -> dict[str, Any]:

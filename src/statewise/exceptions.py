@@ -10,6 +10,7 @@
     │   ├── StateConflictError        a `strict` key set to different values concurrently
     │   ├── StateTooLargeError        a commit bigger than the size limit
     │   ├── ReservedKeyError          a reserved name (`__ttl__`, any `__x__`) written
+    │   ├── TemplateKeyError          `strict_templates=True`: instructions name a missing key
     │   └── TempScopeError            a `temp:` key written outside a run
     ├── StorageError
     │   ├── InvalidIdError            a session/user id that is not a short printable string
@@ -25,7 +26,9 @@
     │   │   ├── ModelAuthenticationError
     │   │   ├── ModelRateLimitError
     │   │   └── ContextLengthExceededError
-    │   ├── MalformedResponseError    the provider's answer does not parse
+    │   ├── ModelConnectionError      no answer, or the connection broke mid-stream
+    │   ├── MalformedResponseError    the provider's answer does not parse (or a stream ended
+    │   │                             without its terminator)
     │   ├── CassetteMismatchError     a strict ReplayModel got a request it did not record
     │   ├── CassetteExhaustedError    a ReplayModel ran out of recorded exchanges
     │   └── ModelRequestsDisabledError real requests were switched off (tests)
@@ -60,6 +63,17 @@ class MissingDependencyError(ConfigurationError, ImportError):
 
 class StateError(StatewiseError):
     """Something is wrong with a state value or operation."""
+
+
+class TemplateKeyError(StateError, LookupError):
+    """With `strict_templates=True`, instructions reference a key the state does not have."""
+
+    def __init__(self, key: str, who: str | None = None) -> None:
+        super().__init__(
+            f"{who or 'agent'}: instructions reference {{{key}}}, which is not in the session "
+            f"state (strict_templates=True); set it, or write {{{key}?}} to render it as empty"
+        )
+        self.key = key
 
 
 class StateSerializationError(StateError, TypeError):
@@ -174,8 +188,20 @@ class ContextLengthExceededError(ModelHTTPError):
     """The request is longer than the model's context window."""
 
 
+class ModelConnectionError(ModelError):
+    """The request got no answer, or the connection broke while the answer streamed in.
+
+    `deltas` is how many streamed pieces had already reached the caller when it broke (0
+    for a request that got no answer); the message says so too.
+    """
+
+    def __init__(self, message: str, *, deltas: int = 0) -> None:
+        super().__init__(message)
+        self.deltas = deltas
+
+
 class MalformedResponseError(ModelError):
-    """The provider's answer does not parse."""
+    """The provider's answer does not parse, or a stream ended without its terminator."""
 
 
 class CassetteMismatchError(ModelError):

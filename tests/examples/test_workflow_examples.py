@@ -19,6 +19,13 @@ from tests._env import subprocess_env
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Examples build their `statewise run` object on import, under ./tmp: keep it out of
+    the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     assert spec and spec.loader

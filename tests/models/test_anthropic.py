@@ -180,7 +180,7 @@ async def test_stream_error_event(model: Claude, fake: FakeServer) -> None:
     fake.enqueue(
         wire.stream([("text", ["Hi"])], error={"type": "overloaded_error", "message": "Overloaded"})
     )
-    with pytest.raises(ModelError, match="error event in stream: Overloaded"):
+    with pytest.raises(ModelError, match="error event in the stream: overloaded_error: Overloaded"):
         [c async for c in model.request_stream(HISTORY[:2], RequestInfo())]
 
 

@@ -144,7 +144,9 @@ async def test_stream_text_and_call_deltas(model: OpenAIResponses, fake: FakeSer
 
 async def test_stream_failed_event(model: OpenAIResponses, fake: FakeServer) -> None:
     fake.enqueue(wire.stream(["Hel"], fail="The server had an error"))
-    with pytest.raises(ModelError, match="the response failed: The server had an error"):
+    with pytest.raises(
+        ModelError, match="error event in the stream: server_error: The server had an error"
+    ):
         [c async for c in model.request_stream(HISTORY[:2], RequestInfo())]
 
 

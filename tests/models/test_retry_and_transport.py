@@ -11,7 +11,12 @@ import pytest
 from tests.models.fakes import FakeServer, Reply, SleepRecorder
 from tests.models.fakes import openai_chat as wire
 
-from statewise.exceptions import MalformedResponseError, ModelError, ModelRateLimitError
+from statewise.exceptions import (
+    MalformedResponseError,
+    ModelError,
+    ModelHTTPError,
+    ModelRateLimitError,
+)
 from statewise.models import Message, ModelResponse, RequestInfo, infer_model
 from statewise.models._retry import (
     Retryable,
@@ -118,13 +123,23 @@ async def test_per_request_timeout(fake: FakeServer, retry: RetryPolicy) -> None
 
 
 @pytest.mark.anyio
-async def test_error_inside_chat_stream(fake: FakeServer, retry: RetryPolicy) -> None:
-    fake.enqueue(
-        Reply(sse=['data: {"error": {"message": "model overloaded", "type": "server_error"}}\n\n'])
-    )
+async def test_error_inside_chat_stream_is_retried_then_typed(
+    fake: FakeServer, retry: RetryPolicy, sleeps: SleepRecorder
+) -> None:
+    overloaded = 'data: {"error": {"message": "model overloaded", "type": "server_error"}}\n\n'
+    fake.enqueue(Reply(sse=[overloaded]), wire.stream(["fine"]))
     async with OpenAIChat("m", base_url=fake.url, api_key="k", retry=retry) as m:
-        with pytest.raises(ModelError, match="model overloaded"):
+        chunks = [c async for c in m.request_stream(USER, RequestInfo())]
+    final = chunks[-1]
+    assert isinstance(final, ModelResponse) and final.content == "fine"
+    assert sleeps.delays == [0.5]
+    bad = 'data: {"error": {"message": "no such tool", "type": "invalid_request_error"}}\n\n'
+    fake.enqueue(Reply(sse=[bad]))
+    async with OpenAIChat("m", base_url=fake.url, api_key="k", retry=retry) as m:
+        with pytest.raises(ModelHTTPError, match="no such tool") as caught:
             [c async for c in m.request_stream(USER, RequestInfo())]
+    assert caught.value.status_code == 400
+    assert len(fake.received) == 3
 
 
 @pytest.mark.anyio

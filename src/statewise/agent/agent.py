@@ -13,7 +13,7 @@ from typing import Any, Literal, overload
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
 from statewise.agent.printing import print_run
-from statewise.agent.session_owner import SessionOwner
+from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
@@ -50,6 +50,7 @@ class Agent(SessionOwner):
         tool_hooks: Sequence[Callable[..., Any]] | None = None,
         session_state: Mapping[str, Any] | None = None,
         db: BaseDb | str | None = None,
+        storage: BaseDb | str | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         app_name: str | None = None,
@@ -72,6 +73,8 @@ class Agent(SessionOwner):
         after_model_callback: Callback = None,
         before_tool_callback: Callback = None,
         after_tool_callback: Callback = None,
+        debug_mode: bool = False,
+        strict_templates: bool = False,
     ) -> None:
         self.model: Model | None = infer_model(model) if model is not None else None
         self.name = name
@@ -81,7 +84,7 @@ class Agent(SessionOwner):
         self.tool_hooks = tuple(tool_hooks or ())
         self._init_sessions(
             session_state=session_state,
-            db=db,
+            db=db_or_storage(db, storage),
             session_id=session_id,
             user_id=user_id,
             app_name=app_name,
@@ -101,6 +104,8 @@ class Agent(SessionOwner):
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}")
         self.max_steps = max_steps
+        self.debug_mode = debug_mode
+        self.strict_templates = strict_templates
         self.callbacks = Callbacks(
             before_agent=as_callbacks(before_agent_callback, "before_agent_callback"),
             after_agent=as_callbacks(after_agent_callback, "after_agent_callback"),
@@ -151,6 +156,7 @@ class Agent(SessionOwner):
             enable_agentic_state=self.enable_agentic_state,
             secret_keys=self._store.secret_keys,
             expose_secrets_to_model=self.expose_secrets_to_model,
+            strict_templates=self.strict_templates,
         )
 
     def _request(

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from statewise.db.store import visible_state
+from statewise.exceptions import TemplateKeyError
+from statewise.run._observe import unknown_template_keys
 from statewise.run.context import RunContext
 from statewise.state.secrets import redact
 from statewise.state.template import render_template
@@ -40,13 +42,17 @@ def build_system_prompt(
     secret_keys: frozenset[str],
     expose_secrets_to_model: bool,
     extra: Sequence[str] = (),
+    strict_templates: bool = False,
 ) -> str | None:
     state: Mapping[str, Any] = ctx.session_state
     if secret_keys and not expose_secrets_to_model:
         state = redact(state, secret_keys)
     parts: list[str] = []
+    missing: list[str] = []
     if description:
-        parts.append(render_template(description, state) if resolve_in_context else description)
+        parts.append(
+            render_template(description, state, missing) if resolve_in_context else description
+        )
     value = _call_instructions(instructions, ctx, agent) if callable(instructions) else instructions
     if isinstance(value, str):
         lines = [value]
@@ -55,7 +61,12 @@ def build_system_prompt(
     else:
         lines = []
     if resolve_in_context:
-        lines = [render_template(line, state) for line in lines]
+        lines = [render_template(line, state, missing) for line in lines]
+    if missing:
+        who = getattr(agent, "name", None)
+        if strict_templates:
+            raise TemplateKeyError(missing[0], who)
+        unknown_template_keys(agent, who, missing)
     if len(lines) > 1:
         parts.append("\n".join(f"- {line}" for line in lines))
     elif lines:

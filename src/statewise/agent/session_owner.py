@@ -15,11 +15,21 @@ from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
+from statewise.exceptions import ConfigurationError
 from statewise.run.driver import deep_merge
 from statewise.state.jsonvalue import to_json_value
 from statewise.state.merge import Rules
 from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
+
+
+def db_or_storage(db: BaseDb | str | None, storage: BaseDb | str | None) -> BaseDb | str | None:
+    """`storage=` is Agno's name for `db=`; giving both is a mistake."""
+    if storage is not None and db is not None:
+        raise ConfigurationError(
+            "give db= or storage= (the same thing under Agno's name), not both"
+        )
+    return storage if storage is not None else db
 
 
 class SessionOwner(TimeTravel):
@@ -73,6 +83,11 @@ class SessionOwner(TimeTravel):
             app_name=self.app_name,
             kind=self._kind,
         )
+
+    @property
+    def storage(self) -> BaseDb:
+        """Agno's name for `db`."""
+        return self.db
 
     @property
     def state(self) -> SessionStateAPI:

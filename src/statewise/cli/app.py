@@ -176,12 +176,27 @@ def run(
     traceback: Annotated[
         bool, typer.Option("--traceback", help="Print the full traceback when something fails.")
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Log each model request, tool call, commit and conflict "
+            "(the same as STATEWISE_LOG=debug).",
+        ),
+    ] = False,
 ) -> None:
     """Run an agent defined in a Python file: one message, or a replay file's queries.
 
     Prints the exchange as \\[user]: ... and \\[agent name]: ... lines.
     """
     from statewise.cli._run import parse_state, read_replay, run_queries
+
+    if debug:
+        import logging
+        import os
+
+        os.environ["STATEWISE_LOG"] = "debug"
+        logging.getLogger("statewise").setLevel(logging.DEBUG)
 
     with _clear_errors():
         if (message is None) == (replay is None):
@@ -280,5 +295,24 @@ def state_diff(
 app.command("serve")(serve)
 
 
+def _rich_logging() -> None:
+    """statewise's log records (debug_mode, STATEWISE_LOG=debug) through a rich handler."""
+    import logging
+    import os
+
+    from rich.logging import RichHandler
+
+    logger = logging.getLogger("statewise")
+    if not logger.handlers:
+        handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    level = os.environ.get("STATEWISE_LOG", "").strip().upper()
+    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        logger.setLevel(level)
+
+
 def main() -> None:
+    _rich_logging()
     app()

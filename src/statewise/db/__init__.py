@@ -10,10 +10,19 @@ from typing import Any
 
 from statewise.db.base import BaseDb
 from statewise.db.memory import InMemoryDb
-from statewise.db.sqlite import SqliteDb
+from statewise.db.sqlite import SqliteDb, SqliteStorage
 from statewise.db.url import db_from_url, resolve_db
 
-__all__ = ["BaseDb", "InMemoryDb", "PostgresDb", "RedisDb", "SqliteDb", "db_from_url", "resolve_db"]
+__all__ = [
+    "BaseDb",
+    "InMemoryDb",
+    "PostgresDb",
+    "RedisDb",
+    "SqliteDb",
+    "SqliteStorage",
+    "db_from_url",
+    "resolve_db",
+]
 
 _LAZY = {"PostgresDb": "statewise.db.postgres", "RedisDb": "statewise.db.redis"}
 

@@ -235,6 +235,25 @@ class SqliteDb(BaseDb):
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return fn(*args, **kwargs)
 
+    def _schema_version(self, conn: sqlite3.Connection) -> int:
+        """This table prefix's schema version. Several prefixes can share one file, so the
+        version is kept per prefix; a file from before that kept it in `user_version`."""
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS statewise_schema_versions "
+            "(table_prefix TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        row = conn.execute(
+            "SELECT version FROM statewise_schema_versions WHERE table_prefix = ?",
+            (self.table_prefix,),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        has_tables = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+            (f"{self.table_prefix}sessions",),
+        ).fetchone()
+        return int(conn.execute("PRAGMA user_version").fetchone()[0]) if has_tables else 0
+
     def _migrate(self) -> None:
         migrations = _migrations(self.table_prefix)
         conn = self._conn
@@ -242,7 +261,7 @@ class SqliteDb(BaseDb):
             with self._write_lock:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    current = conn.execute("PRAGMA user_version").fetchone()[0]
+                    current = self._schema_version(conn)
                     if current > len(migrations):
                         raise SchemaVersionError(
                             f"SQLite database {self.db_file!r} has schema version {current}, "
@@ -253,6 +272,12 @@ class SqliteDb(BaseDb):
                             if statement.strip():
                                 conn.execute(statement)
                         conn.execute(f"PRAGMA user_version={version + 1}")
+                    conn.execute(
+                        "INSERT INTO statewise_schema_versions (table_prefix, version) "
+                        "VALUES (?, ?) ON CONFLICT (table_prefix) DO UPDATE SET "
+                        "version = excluded.version",
+                        (self.table_prefix, len(migrations)),
+                    )
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
@@ -786,3 +811,44 @@ class SqliteDb(BaseDb):
 
 
 __all__ = ["DeltaSegment", "SqliteDb"]
+
+
+class SqliteStorage(SqliteDb):
+    """Agno's name for a SQLite store: `SqliteStorage(table_name="agent_sessions",
+    db_file="tmp/data.db")` is `SqliteDb(db_file="tmp/data.db",
+    table_prefix="agent_sessions_")`. Pass it as `Agent(storage=...)` or `db=...`.
+
+    `db_url="sqlite:///path"` names the file instead of `db_file`; Agno's `mode` and
+    `auto_upgrade_schema` are accepted and need nothing (schemas always migrate).
+    """
+
+    def __init__(
+        self,
+        table_name: str = "statewise",
+        db_url: str | None = None,
+        db_file: str | Path | None = None,
+        *,
+        mode: str | None = None,
+        auto_upgrade_schema: bool = True,
+        synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if db_url is not None and db_file is not None:
+            raise StorageError("SqliteStorage: give db_file= or db_url=, not both")
+        if db_url is not None:
+            if not db_url.startswith("sqlite:///"):
+                raise StorageError(
+                    f"SqliteStorage: db_url must look like sqlite:///path.db, got {db_url!r}"
+                )
+            db_file = db_url.removeprefix("sqlite:///") or ":memory:"
+        if not table_name or not table_name.replace("_", "").isalnum():
+            raise StorageError(
+                f"SqliteStorage: table_name must be letters, digits and '_': {table_name!r}"
+            )
+        self.table_name = table_name
+        super().__init__(
+            db_file if db_file is not None else "statewise.db",
+            table_prefix=f"{table_name}_",
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+        )

@@ -19,6 +19,7 @@ from statewise.models.function import FunctionModel
 from statewise.models.messages import (
     Message,
     ModelResponse,
+    Reasoning,
     RequestInfo,
     StreamChunk,
     TextDelta,
@@ -39,6 +40,7 @@ __all__ = [
     "Message",
     "Model",
     "ModelResponse",
+    "Reasoning",
     "RecordingModel",
     "ReplayModel",
     "RequestInfo",

@@ -54,6 +54,16 @@ class RetryPolicy:
         base = min(self.max_delay, self.initial_delay * 2.0**retry)
         return base * (1 - self.jitter * self.random())
 
+    def wait_before(self, retry: int, verdict: Retryable | None) -> float | None:
+        """Seconds to wait before retry number `retry`, or None when the failure is final
+        (not retryable, retries used up, or the server asks for too long a wait)."""
+        if verdict is None or retry >= self.max_retries:
+            return None
+        ra = verdict.retry_after
+        if ra is not None and ra > self.max_retry_after:
+            return None
+        return self.delay(retry, ra)
+
 
 def status_is_retryable(status: int, headers: Mapping[str, str]) -> bool:
     """Whether an HTTP error status is worth another attempt."""
@@ -99,11 +109,8 @@ async def with_retries(
         try:
             return await attempt()
         except Exception as exc:
-            verdict = classify(exc)
-            if verdict is None or retry >= policy.max_retries:
+            wait = policy.wait_before(retry, classify(exc))
+            if wait is None:
                 raise
-            ra = verdict.retry_after
-            if ra is not None and ra > policy.max_retry_after:
-                raise
-            await policy.sleep(policy.delay(retry, ra))
+            await policy.sleep(wait)
             retry += 1

@@ -9,9 +9,17 @@ calls `loop.shutdown_asyncgens()`) finalizes it, which closes the client's conne
 while the loop still runs. A long-lived loop keeps one client and its connection pool.
 Pass `client=` to manage your own instead.
 
-Retries cover a whole non-streaming request, and a stream until its response headers
-arrive; once deltas have been yielded a failure is raised, since the consumer has already
-seen part of an answer that a retry could not take back.
+Retries cover a whole non-streaming request, and a stream until its first delta reaches
+the caller: a failure before that (an error status, a connection that breaks, an error
+event such as a rate limit inside the stream) starts the stream again; once deltas have
+been yielded a failure is raised, since the consumer has already seen part of an answer
+that a retry could not take back. A stream must end with its terminator: one that stops
+without it, or a 200 whose body is not SSE, is a `MalformedResponseError`.
+
+`tool_choice` given to a model's constructor applies to the first step of a run only
+(`RequestInfo.step <= 1`): forcing a tool on every step would force another call after
+each tool result, forever. To choose per step, set `info.settings["tool_choice"]` (for
+example in `before_model_callback`), which is sent as given.
 """
 
 from __future__ import annotations
@@ -21,12 +29,16 @@ import dataclasses
 import inspect
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
+from statewise.exceptions import MalformedResponseError
 from statewise.models._errors import SdkErrors, classify, translate
 from statewise.models._guard import check_allow_model_requests
 from statewise.models._retry import RetryPolicy, with_retries
+from statewise.models._sse import SseParser, StreamReader, sse_events
 from statewise.models.base import Model
+from statewise.models.messages import RequestInfo, StreamChunk
 
 T = TypeVar("T")
 ClientT = TypeVar("ClientT")
@@ -113,20 +125,82 @@ class SdkModel(Model, Generic[ClientT]):
                 raise
             raise mapped from exc
 
-    async def _stream(self, stream: AsyncIterator[T]) -> AsyncIterator[T]:
-        """Iterate an SDK stream, translating failures that arrive mid-stream."""
-        try:
-            async for item in stream:
-                yield item
-        except Exception as exc:
-            mapped = self._translate(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+    async def _stream_request(
+        self,
+        open_stream: Callable[[], AbstractAsyncContextManager[Any]],
+        new_reader: Callable[[], StreamReader],
+    ) -> AsyncIterator[StreamChunk]:
+        """Open a streaming response (an SDK `with_streaming_response` call), read its SSE
+        with a fresh `new_reader()` per attempt, yield the deltas and then the response.
 
-    def _translate(self, exc: Exception) -> Exception:
+        Retried from scratch while no delta has reached the caller; afterwards a failure is
+        raised with the number of deltas that had arrived in its message.
+        """
+        check_allow_model_requests(self.name)
+        await self._ensure_client()
+        verdict = classify(self.sdk_errors)
+        retry = 0
+        while True:
+            reader = new_reader()
+            sent = 0
+            try:
+                async with open_stream() as response:
+                    parser = SseParser()
+                    async for event in sse_events(response.iter_lines(), parser):
+                        for delta in reader.feed(event):
+                            sent += 1
+                            yield delta
+                        if reader.done:
+                            break
+                    if not reader.done:
+                        raise self._unterminated(reader, parser, response, sent)
+                yield reader.response()
+                return
+            except Exception as exc:
+                wait = None if sent else self.retry.wait_before(retry, verdict(exc))
+                if wait is None:
+                    mapped = self._translate(exc, deltas=sent)
+                    if mapped is exc:
+                        raise
+                    raise mapped from exc
+            await self.retry.sleep(wait)
+            retry += 1
+
+    def _unterminated(
+        self, reader: StreamReader, parser: SseParser, response: Any, sent: int
+    ) -> MalformedResponseError:
+        prefix = f"{self.provider} model {self.id!r}"
+        content_type = response.headers.get("content-type", "")
+        if not parser.events:
+            return MalformedResponseError(
+                f"{prefix}: a stream was answered with status {response.status_code} and a "
+                f"body that is not server-sent events (content-type {content_type!r}): "
+                f"{parser.stray[:200]!r}"
+            )
+        delivered = f"after {sent} deltas; the partial answer is lost" if sent else "early"
+        return MalformedResponseError(
+            f"{prefix}: the stream ended without its terminator ({reader.terminator}), {delivered}"
+        )
+
+    def _settings(self, info: RequestInfo) -> dict[str, Any]:
+        """The model's settings under the request's; the model's `tool_choice` only on the
+        first step, and no `tool_choice` at all without tools (APIs reject that)."""
+        settings = dict(self.settings)
+        if info.step > 1:
+            settings.pop("tool_choice", None)
+        settings.update(info.settings)
+        if not info.tools:
+            settings.pop("tool_choice", None)
+        return settings
+
+    def _translate(self, exc: Exception, *, deltas: int | None = None) -> Exception:
         return translate(
-            exc, self.sdk_errors, provider=self.provider, model=self.id, api_key=self.api_key
+            exc,
+            self.sdk_errors,
+            provider=self.provider,
+            model=self.id,
+            api_key=self.api_key,
+            deltas=deltas,
         )
 
     def _request_kwargs(

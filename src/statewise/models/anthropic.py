@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from statewise.exceptions import (
@@ -18,12 +18,14 @@ from statewise.exceptions import (
     ModelAuthenticationError,
 )
 from statewise.models._assemble import StreamAssembler
-from statewise.models._errors import SdkErrors
+from statewise.models._errors import ANTHROPIC_ERROR_STATUS, SdkErrors, StreamErrorEvent, status_for
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
+from statewise.models._sse import SseEvent, StreamReader, parse_json
 from statewise.models.messages import (
     Message,
     ModelResponse,
+    Reasoning,
     RequestInfo,
     StreamChunk,
     TextDelta,
@@ -39,6 +41,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("anthropic", "anthropic") from _exc
 
 DEFAULT_MAX_TOKENS = 4096
+PROVIDER = "anthropic"
 
 
 def _anthropic_context_length(status: int, body: Any, message: str) -> bool:
@@ -59,7 +62,9 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
     """A model behind the Messages API (`POST {base_url}/v1/messages`).
 
     `api_key` and `base_url` default to `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL`.
-    Extra keyword arguments are request settings (`max_tokens` defaults to 4096).
+    Extra keyword arguments are request settings (`max_tokens` defaults to 4096;
+    `thinking={"type": "enabled", "budget_tokens": ...}` turns on extended thinking, whose
+    blocks are kept in the history and sent back with their signatures).
     """
 
     provider = "anthropic"
@@ -99,7 +104,7 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
 
     def _kwargs(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
         create = self.client.messages.create
-        settings = {"max_tokens": DEFAULT_MAX_TOKENS, **self.settings, **info.settings}
+        settings = {"max_tokens": DEFAULT_MAX_TOKENS, **self._settings(info)}
         kwargs = self._request_kwargs(create, settings)
         system, wire_messages = map_messages(messages)
         kwargs.update(model=self.id, messages=wire_messages, timeout=self.timeout)
@@ -122,50 +127,106 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
     async def request_stream(
         self, messages: list[Message], info: RequestInfo
     ) -> AsyncIterator[StreamChunk]:
-        async def attempt() -> Any:
-            kwargs = self._kwargs(messages, info)
-            kwargs["stream"] = True
-            return await self.client.messages.create(**kwargs)
+        def open_stream() -> Any:
+            args = {**self._kwargs(messages, info), "stream": True}
+            return self.client.messages.with_streaming_response.create(**args)
 
-        stream = await self._call(attempt)
-        assembler = StreamAssembler()
-        calls: dict[int, int] = {}  # content block index -> tool call index
-        input_tokens = output_tokens = 0
-        model_name: str | None = None
+        prefix = f"anthropic model {self.id!r}"
+        async for chunk in self._stream_request(
+            open_stream, lambda: MessagesStream(prefix, self.id)
+        ):
+            yield chunk
+
+
+class MessagesStream(StreamReader):
+    """Messages API events up to `message_stop`. Thinking blocks are collected whole
+    (text and signature deltas) to be sent back; an `error` event raises
+    `StreamErrorEvent` with the status its type has as a response."""
+
+    terminator = "message_stop"
+
+    def __init__(self, prefix: str, model: str) -> None:
+        self.prefix = prefix
+        self.model = model
+        self.assembler = StreamAssembler()
+        self.calls: dict[int, int] = {}  # content block index -> tool call index
+        self.thinking: dict[int, dict[str, Any]] = {}  # content block index -> block
+        self.input_tokens = self.output_tokens = 0
+        self.model_name: str | None = None
+
+    def feed(self, event: SseEvent) -> Iterable[TextDelta | ToolCallDelta]:
+        data = parse_json(event, self.prefix)
+        if not isinstance(data, dict):
+            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
+        kind = data.get("type") or event.event
         try:
-            async for event in self._stream(stream):
-                kind = event.type
-                if kind == "message_start":
-                    model_name = event.message.model
-                    input_tokens = _input_tokens(event.message.usage.model_dump())
-                    output_tokens = int(event.message.usage.output_tokens or 0)
-                elif kind == "content_block_start" and event.content_block.type == "tool_use":
-                    block = event.content_block
-                    calls[event.index] = len(calls)
-                    yield assembler.add(
-                        ToolCallDelta(index=calls[event.index], id=block.id, name=block.name)
-                    )
-                elif kind == "content_block_start" and event.content_block.type == "text":
-                    if event.content_block.text:
-                        yield assembler.add(TextDelta(content=event.content_block.text))
-                elif kind == "content_block_delta" and event.delta.type == "text_delta":
-                    yield assembler.add(TextDelta(content=event.delta.text))
-                elif kind == "content_block_delta" and event.delta.type == "input_json_delta":
-                    yield assembler.add(
-                        ToolCallDelta(
-                            index=calls[event.index], arguments_delta=event.delta.partial_json
-                        )
-                    )
-                elif kind == "message_delta":  # usage here is cumulative
-                    delta_usage = event.usage.model_dump()
-                    output_tokens = int(delta_usage.get("output_tokens") or output_tokens)
-                    input_tokens = _input_tokens(delta_usage) or input_tokens
-        finally:
-            await stream.close()
-        response = assembler.response()
-        response.usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, requests=1)
-        response.model_name = model_name or self.id
-        yield response
+            return list(self._deltas(kind, data))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise MalformedResponseError(
+                f"{self.prefix}: unexpected {kind} event ({type(exc).__name__}: {exc}): "
+                f"{event.data[:300]}"
+            ) from exc
+
+    def _deltas(self, kind: Any, data: dict[str, Any]) -> Iterator[TextDelta | ToolCallDelta]:
+        if kind == "message_start":
+            message = data["message"]
+            self.model_name = message.get("model")
+            usage = message.get("usage") or {}
+            self.input_tokens = _input_tokens(usage)
+            self.output_tokens = int(usage.get("output_tokens") or 0)
+        elif kind == "content_block_start":
+            index, block = int(data["index"]), data["content_block"]
+            if block["type"] == "tool_use":
+                self.calls[index] = len(self.calls)
+                yield self.assembler.add(
+                    ToolCallDelta(index=self.calls[index], id=block["id"], name=block["name"])
+                )
+            elif block["type"] == "text" and block.get("text"):
+                yield self.assembler.add(TextDelta(content=str(block["text"])))
+            elif block["type"] in ("thinking", "redacted_thinking"):
+                self.thinking[index] = dict(block)
+        elif kind == "content_block_delta":
+            index, delta = int(data["index"]), data["delta"]
+            if delta["type"] == "text_delta":
+                yield self.assembler.add(TextDelta(content=str(delta["text"])))
+            elif delta["type"] == "input_json_delta":
+                yield self.assembler.add(
+                    ToolCallDelta(index=self.calls[index], arguments_delta=delta["partial_json"])
+                )
+            elif delta["type"] == "thinking_delta":
+                block = self.thinking[index]
+                block["thinking"] = block.get("thinking", "") + str(delta["thinking"])
+            elif delta["type"] == "signature_delta":
+                self.thinking[index]["signature"] = str(delta["signature"])
+        elif kind == "message_delta":  # usage here is cumulative
+            usage = data.get("usage") or {}
+            self.output_tokens = int(usage.get("output_tokens") or self.output_tokens)
+            self.input_tokens = _input_tokens(usage) or self.input_tokens
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            error = data.get("error") or {}
+            kind = error.get("type")
+            message = str(error.get("message") or json.dumps(error)[:300])
+            raise StreamErrorEvent(
+                status_for(kind, ANTHROPIC_ERROR_STATUS),
+                data,
+                f"{kind}: {message}" if kind else message,
+            )
+
+    def response(self) -> ModelResponse:
+        response = self.assembler.response()
+        response.usage = Usage(
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens, requests=1
+        )
+        response.model_name = self.model_name or self.model
+        response.reasoning = [thinking_block(self.thinking[i]) for i in sorted(self.thinking)]
+        return response
+
+
+def thinking_block(block: dict[str, Any]) -> Reasoning:
+    """A `thinking` or `redacted_thinking` block, kept whole (signature or data included)."""
+    return Reasoning(provider=PROVIDER, data=block, text=str(block.get("thinking") or ""))
 
 
 def map_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -197,7 +258,11 @@ def map_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
                 ],
             )
         else:
-            blocks: list[dict[str, Any]] = []
+            # Thinking blocks go back first, signature and all, as the API requires for a
+            # turn that called tools (and accepts for any other).
+            blocks: list[dict[str, Any]] = [
+                dict(part.data) for part in message.reasoning if part.provider == PROVIDER
+            ]
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             blocks += [
@@ -225,8 +290,11 @@ def parse_message(data: Any, *, model: str) -> ModelResponse:
             raise TypeError(f"type is {data.get('type')!r}, not 'message'")
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         for block in data["content"]:
-            if block["type"] == "text":
+            if block["type"] in ("thinking", "redacted_thinking"):
+                reasoning.append(thinking_block(dict(block)))
+            elif block["type"] == "text":
                 texts.append(str(block["text"]))
             elif block["type"] == "tool_use":
                 arguments = block.get("input")
@@ -245,6 +313,7 @@ def parse_message(data: Any, *, model: str) -> ModelResponse:
                 requests=1,
             ),
             model_name=data.get("model") or model,
+            reasoning=reasoning,
         )
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise MalformedResponseError(

@@ -55,6 +55,32 @@ class ToolCall:
 
 
 @dataclass(kw_only=True, slots=True)
+class Reasoning:
+    """What a model thought before it answered, kept so it can be sent back.
+
+    Anthropic requires the `thinking` blocks of a turn that called tools to be passed back
+    with their signature, and the Responses API wants its `reasoning` items back to carry
+    the model's reasoning across steps. `provider` names the API that produced it
+    ("anthropic" or "openai-responses"); only that API is sent it again. `data` is the
+    block or item exactly as received (signature or encrypted content included); `text`
+    is its readable part, which may be empty (redacted thinking, encrypted reasoning).
+    """
+
+    provider: str
+    data: dict[str, Any]
+    text: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "data": self.data, "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reasoning:
+        return cls(
+            provider=str(data["provider"]), data=dict(data["data"]), text=data.get("text") or ""
+        )
+
+
+@dataclass(kw_only=True, slots=True)
 class Usage:
     """Token counts of one or more model requests."""
 
@@ -91,11 +117,16 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning: list[Reasoning] = field(default_factory=list)
+    """An assistant turn's reasoning (thinking blocks, reasoning items), sent back to the
+    provider that produced it."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.reasoning:
+            data["reasoning"] = [part.to_dict() for part in self.reasoning]
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
         if self.name is not None:
@@ -110,6 +141,7 @@ class Message:
             tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls") or []],
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
+            reasoning=[Reasoning.from_dict(r) for r in data.get("reasoning") or []],
         )
 
 
@@ -121,9 +153,15 @@ class ModelResponse:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     model_name: str | None = None
+    reasoning: list[Reasoning] = field(default_factory=list)
 
     def to_message(self) -> Message:
-        return Message(role="assistant", content=self.content, tool_calls=list(self.tool_calls))
+        return Message(
+            role="assistant",
+            content=self.content,
+            tool_calls=list(self.tool_calls),
+            reasoning=list(self.reasoning),
+        )
 
 
 @dataclass(kw_only=True, slots=True)

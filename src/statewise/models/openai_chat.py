@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from statewise.exceptions import MalformedResponseError, MissingDependencyError
 from statewise.models._assemble import StreamAssembler, parse_arguments
-from statewise.models._errors import SdkErrors, error_code
+from statewise.models._errors import (
+    FINAL_CODES,
+    OPENAI_ERROR_STATUS,
+    SdkErrors,
+    StreamErrorEvent,
+    error_code,
+    status_for,
+)
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
+from statewise.models._sse import SseEvent, StreamReader, parse_json
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -103,7 +111,7 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
 
     def _kwargs(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
         create = self.client.chat.completions.create
-        kwargs = self._request_kwargs(create, {**self.settings, **info.settings})
+        kwargs = self._request_kwargs(create, self._settings(info))
         kwargs.update(model=self.id, messages=map_messages(messages), timeout=self.timeout)
         if info.tools:
             kwargs["tools"] = map_tools(info.tools)
@@ -122,42 +130,92 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
     async def request_stream(
         self, messages: list[Message], info: RequestInfo
     ) -> AsyncIterator[StreamChunk]:
-        async def attempt() -> Any:
-            kwargs = self._kwargs(messages, info)
-            kwargs["stream"] = True
-            if self.stream_usage:
-                kwargs["stream_options"] = {"include_usage": True}
-            return await self.client.chat.completions.create(**kwargs)
 
-        stream = await self._call(attempt)
-        assembler = StreamAssembler()
-        usage = Usage(requests=1)
-        model_name: str | None = None
+        def open_stream() -> Any:
+            args = {**self._kwargs(messages, info), "stream": True}
+            if self.stream_usage:
+                args["stream_options"] = {"include_usage": True}
+            return self.client.chat.completions.with_streaming_response.create(**args)
+
+        prefix = f"{self.provider} model {self.id!r}"
+        async for chunk in self._stream_request(open_stream, lambda: ChatStream(prefix, self.id)):
+            yield chunk
+
+
+class ChatStream(StreamReader):
+    """`chat.completion.chunk` events up to `data: [DONE]`. An event carrying `error` (as
+    OpenAI, vLLM and llama.cpp send mid-stream) raises `StreamErrorEvent`."""
+
+    terminator = "data: [DONE]"
+
+    def __init__(self, prefix: str, model: str) -> None:
+        self.prefix = prefix
+        self.model = model
+        self.assembler = StreamAssembler()
+        self.usage = Usage(requests=1)
+        self.model_name: str | None = None
+
+    def feed(self, event: SseEvent) -> Iterable[TextDelta | ToolCallDelta]:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        data = parse_json(event, self.prefix)
+        if not isinstance(data, dict):
+            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
+        if data.get("error") is not None or event.event == "error":
+            raise openai_error_event(data)
         try:
-            async for chunk in self._stream(stream):
-                model_name = model_name or chunk.model
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage.model_dump())
-                for choice in chunk.choices[:1]:
-                    delta = choice.delta
-                    if delta.content:
-                        yield assembler.add(TextDelta(content=delta.content))
-                    for call in delta.tool_calls or []:
-                        function = call.function
-                        yield assembler.add(
-                            ToolCallDelta(
-                                index=call.index,
-                                id=call.id,
-                                name=function.name if function else None,
-                                arguments_delta=(function.arguments or "") if function else "",
-                            )
-                        )
-        finally:
-            await stream.close()
-        response = assembler.response()
-        response.usage = usage
-        response.model_name = model_name or self.id
-        yield response
+            return list(self._deltas(data))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise MalformedResponseError(
+                f"{self.prefix}: unexpected chat.completion.chunk ({type(exc).__name__}: "
+                f"{exc}): {event.data[:300]}"
+            ) from exc
+
+    def _deltas(self, data: dict[str, Any]) -> Iterator[TextDelta | ToolCallDelta]:
+        self.model_name = self.model_name or data.get("model")
+        if data.get("usage"):
+            self.usage = _usage(data["usage"])
+        for choice in (data.get("choices") or [])[:1]:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                yield self.assembler.add(TextDelta(content=str(delta["content"])))
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                yield self.assembler.add(
+                    ToolCallDelta(
+                        index=int(call.get("index") or 0),
+                        id=call.get("id"),
+                        name=function.get("name"),
+                        arguments_delta=function.get("arguments") or "",
+                    )
+                )
+
+    def response(self) -> ModelResponse:
+        response = self.assembler.response()
+        response.usage = self.usage
+        response.model_name = self.model_name or self.model
+        return response
+
+
+def openai_error_event(data: dict[str, Any]) -> StreamErrorEvent:
+    """An OpenAI-style error inside a stream: `{"error": {message, type, code}}`, or the
+    Responses API's `{"type": "error", "code", "message"}`. vLLM puts the status in `code`."""
+    inner = data.get("error")
+    error: dict[str, Any] = inner if isinstance(inner, dict) else data
+    code, kind = error.get("code"), error.get("type")
+    if isinstance(code, int) or (isinstance(code, str) and code.isdigit()):
+        status = int(code)
+    else:
+        status = OPENAI_ERROR_STATUS.get(str(code), status_for(kind, OPENAI_ERROR_STATUS))
+    message = str(error.get("message") or json.dumps(error)[:300])
+    named = code if isinstance(code, str) and not code.isdigit() else kind
+    return StreamErrorEvent(
+        status,
+        data,
+        f"{named}: {message}" if named else message,
+        retryable=False if code in FINAL_CODES else None,
+    )
 
 
 def map_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -173,7 +231,9 @@ def map_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 }
             )
         elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.content}
+            # Never `"content": null`: OpenAI accepts it next to tool calls, but llama.cpp's
+            # server (and others) answer 500; an empty string is accepted everywhere.
+            item: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
             if message.tool_calls:
                 item["tool_calls"] = [
                     {
@@ -183,8 +243,6 @@ def map_messages(messages: list[Message]) -> list[dict[str, Any]]:
                     }
                     for call in message.tool_calls
                 ]
-            elif message.content is None:
-                item["content"] = ""
             out.append(item)
         else:
             item = {"role": message.role, "content": message.content or ""}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from statewise.exceptions import (
@@ -22,9 +22,11 @@ from statewise.exceptions import (
 from statewise.models._assemble import StreamAssembler, parse_arguments
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
+from statewise.models._sse import SseEvent, StreamReader, parse_json
 from statewise.models.messages import (
     Message,
     ModelResponse,
+    Reasoning,
     RequestInfo,
     StreamChunk,
     TextDelta,
@@ -33,7 +35,7 @@ from statewise.models.messages import (
     ToolDefinition,
     Usage,
 )
-from statewise.models.openai_chat import OPENAI_ERRORS
+from statewise.models.openai_chat import OPENAI_ERRORS, openai_error_event
 
 try:
     import openai
@@ -41,12 +43,18 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("openai", "openai") from _exc
 
 
+PROVIDER = "openai-responses"
+
+
 class OpenAIResponses(SdkModel["openai.AsyncOpenAI"]):
     """A model behind the Responses API (`POST {base_url}/responses`).
 
     Same keys and endpoints as `OpenAIChat`. Function tools are sent with `strict: false`
     (the API defaults to strict schemas, which most tool schemas do not satisfy). The
-    generic `max_tokens` setting is sent as `max_output_tokens`.
+    generic `max_tokens` setting is sent as `max_output_tokens`. `reasoning` output items
+    are kept in the history and sent back before the turn's other items; to keep
+    reasoning across steps without server-side storage, pass `store=False` and
+    `include=["reasoning.encrypted_content"]`.
     """
 
     provider = "openai-responses"
@@ -85,7 +93,7 @@ class OpenAIResponses(SdkModel["openai.AsyncOpenAI"]):
         )
 
     def _kwargs(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
-        settings = {**self.settings, **info.settings}
+        settings = self._settings(info)
         if "max_tokens" in settings:
             settings.setdefault("max_output_tokens", settings.pop("max_tokens"))
         kwargs = self._request_kwargs(self.client.responses.create, settings)
@@ -109,51 +117,80 @@ class OpenAIResponses(SdkModel["openai.AsyncOpenAI"]):
     async def request_stream(
         self, messages: list[Message], info: RequestInfo
     ) -> AsyncIterator[StreamChunk]:
-        async def attempt() -> Any:
-            kwargs = self._kwargs(messages, info)
-            kwargs["stream"] = True
-            return await self.client.responses.create(**kwargs)
+        def open_stream() -> Any:
+            args = {**self._kwargs(messages, info), "stream": True}
+            return self.client.responses.with_streaming_response.create(**args)
 
-        stream = await self._call(attempt)
-        assembler = StreamAssembler()
-        calls: dict[str, int] = {}  # function_call item id -> tool call index
-        final: dict[str, Any] | None = None
+        prefix = f"{self.provider} model {self.id!r}"
+        async for chunk in self._stream_request(
+            open_stream, lambda: ResponsesStream(prefix, self.id)
+        ):
+            yield chunk
+
+
+class ResponsesStream(StreamReader):
+    """Typed events up to `response.completed` (or `response.incomplete`, a complete answer
+    cut short by a limit). `response.failed` and `error` raise `StreamErrorEvent`."""
+
+    terminator = "response.completed"
+
+    def __init__(self, prefix: str, model: str) -> None:
+        self.prefix = prefix
+        self.model = model
+        self.assembler = StreamAssembler()
+        self.calls: dict[str, int] = {}  # function_call item id -> tool call index
+        self.reasoning: list[Reasoning] = []
+        self.final: dict[str, Any] = {}
+
+    def feed(self, event: SseEvent) -> Iterable[TextDelta | ToolCallDelta]:
+        data = parse_json(event, self.prefix)
+        if not isinstance(data, dict):
+            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
+        kind = data.get("type") or event.event
         try:
-            async for event in self._stream(stream):
-                kind = getattr(event, "type", None)
-                if kind == "response.output_text.delta":
-                    yield assembler.add(TextDelta(content=event.delta))
-                elif kind == "response.output_item.added" and event.item.type == "function_call":
-                    item = event.item
-                    calls[item.id or item.call_id] = len(calls)
-                    yield assembler.add(
-                        ToolCallDelta(
-                            index=calls[item.id or item.call_id],
-                            id=item.call_id,
-                            name=item.name,
-                            arguments_delta=item.arguments or "",
-                        )
-                    )
-                elif kind == "response.function_call_arguments.delta":
-                    yield assembler.add(
-                        ToolCallDelta(index=calls[event.item_id], arguments_delta=event.delta)
-                    )
-                elif kind in ("response.completed", "response.incomplete"):
-                    final = event.response.model_dump()
-                elif kind in ("response.failed", "error"):
-                    data = event.model_dump()
-                    error = (data.get("response") or {}).get("error") or data
-                    raise ModelError(
-                        f"{self.provider} model {self.id!r}: the response failed: "
-                        f"{error.get('message') or json.dumps(error)}"
-                    )
-        finally:
-            await stream.close()
-        response = assembler.response()
-        usage = (final or {}).get("usage") or {}
-        response.usage = _usage(usage)
-        response.model_name = (final or {}).get("model") or self.id
-        yield response
+            return list(self._deltas(kind, data))
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise MalformedResponseError(
+                f"{self.prefix}: unexpected {kind} event ({type(exc).__name__}: {exc}): "
+                f"{event.data[:300]}"
+            ) from exc
+
+    def _deltas(self, kind: Any, data: dict[str, Any]) -> Iterator[TextDelta | ToolCallDelta]:
+        if kind == "response.output_text.delta":
+            yield self.assembler.add(TextDelta(content=str(data["delta"])))
+        elif kind == "response.output_item.added" and data["item"]["type"] == "function_call":
+            item = data["item"]
+            key = item.get("id") or item["call_id"]
+            self.calls[key] = len(self.calls)
+            yield self.assembler.add(
+                ToolCallDelta(
+                    index=self.calls[key],
+                    id=item["call_id"],
+                    name=item["name"],
+                    arguments_delta=item.get("arguments") or "",
+                )
+            )
+        elif kind == "response.function_call_arguments.delta":
+            yield self.assembler.add(
+                ToolCallDelta(index=self.calls[data["item_id"]], arguments_delta=data["delta"])
+            )
+        elif kind == "response.output_item.done" and data["item"]["type"] == "reasoning":
+            self.reasoning.append(reasoning_item(data["item"]))
+        elif kind in ("response.completed", "response.incomplete"):
+            self.final = data.get("response") or {}
+            self.done = True
+        elif kind == "response.failed":
+            error = (data.get("response") or {}).get("error") or {}
+            raise openai_error_event({"error": error})
+        elif kind == "error":
+            raise openai_error_event(data)
+
+    def response(self) -> ModelResponse:
+        response = self.assembler.response()
+        response.usage = _usage(self.final.get("usage") or {})
+        response.model_name = self.final.get("model") or self.model
+        response.reasoning = self.reasoning
+        return response
 
 
 def map_input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -173,6 +210,7 @@ def map_input(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
                 }
             )
         elif message.role == "assistant":
+            items += [dict(part.data) for part in message.reasoning if part.provider == PROVIDER]
             if message.content:
                 items.append({"role": "assistant", "content": message.content})
             items += [
@@ -214,8 +252,11 @@ def parse_response(data: Any, *, model: str) -> ModelResponse:
             )
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         for item in data["output"]:
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                reasoning.append(reasoning_item(item))
+            elif item["type"] == "message":
                 texts += [
                     str(part["text"]) for part in item["content"] if part["type"] == "output_text"
                 ]
@@ -229,6 +270,7 @@ def parse_response(data: Any, *, model: str) -> ModelResponse:
             tool_calls=calls,
             usage=_usage(data.get("usage") or {}),
             model_name=data.get("model") or model,
+            reasoning=reasoning,
         )
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise MalformedResponseError(
@@ -236,6 +278,13 @@ def parse_response(data: Any, *, model: str) -> ModelResponse:
             f"({type(exc).__name__}: {exc}): {json.dumps(data)[:300]}"
         ) from exc
     return result
+
+
+def reasoning_item(item: dict[str, Any]) -> Reasoning:
+    """A `reasoning` output item, kept whole (id, summary, encrypted content) to send back."""
+    summary = item.get("summary") or []
+    text = "\n\n".join(str(p.get("text", "")) for p in summary if isinstance(p, dict))
+    return Reasoning(provider=PROVIDER, data=dict(item), text=text)
 
 
 def _usage(data: dict[str, Any]) -> Usage:

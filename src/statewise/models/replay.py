@@ -27,6 +27,7 @@ from statewise.models.base import Model
 from statewise.models.messages import (
     Message,
     ModelResponse,
+    Reasoning,
     RequestInfo,
     StreamChunk,
     ToolCall,
@@ -42,12 +43,15 @@ def request_to_dict(messages: list[Message], info: RequestInfo) -> dict[str, Any
 
 
 def response_to_dict(response: ModelResponse) -> dict[str, Any]:
-    return {
+    data = {
         "content": response.content,
         "tool_calls": [c.to_dict() for c in response.tool_calls],
         "usage": response.usage.to_dict(),
         "model_name": response.model_name,
     }
+    if response.reasoning:
+        data["reasoning"] = [r.to_dict() for r in response.reasoning]
+    return data
 
 
 def response_from_dict(data: dict[str, Any]) -> ModelResponse:
@@ -61,6 +65,7 @@ def response_from_dict(data: dict[str, Any]) -> ModelResponse:
             requests=int(usage.get("requests", 1)),
         ),
         model_name=data.get("model_name"),
+        reasoning=[Reasoning.from_dict(r) for r in data.get("reasoning") or []],
     )
 
 

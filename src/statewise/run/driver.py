@@ -22,11 +22,12 @@ from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, StateStore, WorkingState, new_id, scope_of
 from statewise.exceptions import InvalidInputError
 from statewise.models.messages import Message, ModelResponse
+from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.context import RunContext
 from statewise.run.events import RunCompleted, RunEvent, RunStarted
 from statewise.run.loop import StepsResult, run_steps
-from statewise.run.output import RunMetrics, RunOutput
+from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
 from statewise.state.jsonvalue import text_problem, to_json_value
@@ -114,10 +115,21 @@ async def drive_run(
     )
     scope = RunScope(store=store, working=working, run_id=run_id)
     metrics = RunMetrics()
+    ctx.metadata[METRICS_KEY] = metrics  # nested runs (team members) count in this run
     record = RunRecord(
         session_id=spec.session_id, run_id=run_id, agent_name=rt.name, input=request.input
     )
     keep = True
+    observed = _observe.run_started(
+        ctx,
+        scope,
+        kind=getattr(rt.agent, "_kind", "agent"),
+        name=rt.name,
+        session_id=spec.session_id,
+        run_id=run_id,
+        debug=bool(getattr(rt.agent, "debug_mode", False)),
+    )
+    failure: BaseException | None = None
     try:
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
         yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name)
@@ -154,9 +166,7 @@ async def drive_run(
             ):
                 yield event
         await finish_agent(rt, ctx, result, available)
-        metrics.input_tokens = result.usage.input_tokens
-        metrics.output_tokens = result.usage.output_tokens
-        metrics.total_tokens = result.usage.total_tokens
+        metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
         metrics.duration = time.perf_counter() - started
         messages = [user_message, *result.messages]
         record.status = "completed"
@@ -192,6 +202,7 @@ async def drive_run(
         yield RunCompleted(output=output)
     except BaseException as exc:
         keep = False
+        failure = exc
         working.discard_uncommitted()
         if working.record is not None:
             record.status = "failed"
@@ -205,6 +216,7 @@ async def drive_run(
         raise
     finally:
         store.release(working, keep=keep)
+        _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
 
 
 async def history_messages(
@@ -244,20 +256,38 @@ async def run_nested(
         _working=parent._working,
         _store=parent._store,
     )
-    metrics = RunMetrics()
-    available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
-    early = await first_result(rt.callbacks.before_agent, available)
-    scope.working.mark(f"callback:before_agent:{rt.name}")
-    if early is not None:
-        result.content = as_content(early)
-        result.messages.append(Message(role="assistant", content=result.content))
-    else:
-        user_message = Message(role="user", content=input)
-        async for event in run_steps(
-            rt, scope, ctx, [*history, user_message], metrics, result, stream=stream
-        ):
-            yield event
-    await finish_agent(rt, ctx, result, available, suffix=f":{rt.name}")
+    host_metrics = parent.metadata.get(METRICS_KEY)
+    metrics = host_metrics if isinstance(host_metrics, RunMetrics) else RunMetrics()
+    observed = _observe.run_started(
+        ctx,
+        scope,
+        kind=getattr(rt.agent, "_kind", "agent"),
+        name=rt.name,
+        session_id=parent.session_id,
+        run_id=parent.run_id,
+        debug=bool(getattr(rt.agent, "debug_mode", False)),
+        parent=parent,
+    )
+    failure: BaseException | None = None
+    try:
+        available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
+        early = await first_result(rt.callbacks.before_agent, available)
+        scope.working.mark(f"callback:before_agent:{rt.name}")
+        if early is not None:
+            result.content = as_content(early)
+            result.messages.append(Message(role="assistant", content=result.content))
+        else:
+            user_message = Message(role="user", content=input)
+            async for event in run_steps(
+                rt, scope, ctx, [*history, user_message], metrics, result, stream=stream
+            ):
+                yield event
+        await finish_agent(rt, ctx, result, available, suffix=f":{rt.name}")
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        _observe.run_finished(observed, error=failure)
 
 
 def as_content(value: Any) -> str | None:

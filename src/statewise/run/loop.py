@@ -24,6 +24,7 @@ from statewise.models.messages import (
     ToolCall,
     Usage,
 )
+from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.context import RunContext
 from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
@@ -77,112 +78,140 @@ async def run_steps(
     started = time.perf_counter()
     for step in range(1, rt.max_steps + 1):
         ctx.step = step
-        system = rt.system_prompt(ctx)
-        messages = ([Message(role="system", content=system)] if system else []) + conversation
-        messages += result.messages
-        request = ModelRequest(
-            messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
-        )
-        available = {
-            "callback_context": ctx,
-            "run_context": ctx,
-            "llm_request": request,
-            "agent": rt.agent,
-        }
-        response = as_response(
-            await first_result(rt.callbacks.before_model, available), "before_model_callback"
-        )
-        scope.working.mark("callback:before_model")
-        if response is not None:
-            # The callback answered for the model: no model call, nothing streamed by one.
-            if stream and response.content:
-                yield ContentDelta(content=response.content, agent_name=rt.name)
-        else:
-            if stream:
-                async for chunk in model.request_stream(request.messages, request.info):
-                    if isinstance(chunk, ModelResponse):
-                        response = chunk
-                    elif isinstance(chunk, TextDelta) and chunk.content:
-                        if metrics.time_to_first_token is None:
-                            metrics.time_to_first_token = time.perf_counter() - started
-                        yield ContentDelta(content=chunk.content, agent_name=rt.name)
-                if response is None:
-                    raise RunError(f"model {model.name} ended its stream without a response")
+        observed_step = _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
+        step_error: BaseException | None = None
+        try:
+            system = rt.system_prompt(ctx)
+            messages = ([Message(role="system", content=system)] if system else []) + conversation
+            messages += result.messages
+            request = ModelRequest(
+                messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
+            )
+            available = {
+                "callback_context": ctx,
+                "run_context": ctx,
+                "llm_request": request,
+                "agent": rt.agent,
+            }
+            response = as_response(
+                await first_result(rt.callbacks.before_model, available), "before_model_callback"
+            )
+            scope.working.mark("callback:before_model")
+            if response is not None:
+                # The callback answered for the model: no model call, nothing streamed by one.
+                if stream and response.content:
+                    yield ContentDelta(content=response.content, agent_name=rt.name)
             else:
-                response = await model.request(request.messages, request.info)
-            metrics.model_requests += 1
-            result.usage = result.usage + response.usage
-        ctx.metadata["model_response"] = response
-        replaced = as_response(
-            await first_result(rt.callbacks.after_model, {**available, "llm_response": response}),
-            "after_model_callback",
-        )
-        if replaced is not None:
-            response = replaced
-        ctx.metadata.pop("model_response", None)
-        scope.working.mark("callback:after_model")
-        _check_response(response)
-        assistant = response.to_message()
-        result.messages.append(assistant)
-        events = [
-            NewEvent(
-                type="model_response",
-                run_id=ctx.run_id,
-                data={
-                    "agent": rt.name,
-                    "step": step,
-                    "message": assistant.to_dict(),
-                    "usage": response.usage.to_dict(),
-                },
+                observed_call = _observe.model_request(
+                    ctx, model, request.messages, request.info.tools, step
+                )
+                try:
+                    if stream:
+                        async for chunk in model.request_stream(request.messages, request.info):
+                            if isinstance(chunk, ModelResponse):
+                                response = chunk
+                            elif isinstance(chunk, TextDelta) and chunk.content:
+                                if metrics.time_to_first_token is None:
+                                    metrics.time_to_first_token = time.perf_counter() - started
+                                yield ContentDelta(content=chunk.content, agent_name=rt.name)
+                        if response is None:
+                            raise RunError(
+                                f"model {model.name} ended its stream without a response"
+                            )
+                    else:
+                        response = await model.request(request.messages, request.info)
+                except BaseException as exc:
+                    _observe.model_failed(observed_call, exc)
+                    raise
+                _observe.model_response(observed_call, response)
+                metrics.model_requests += 1
+                metrics.input_tokens += response.usage.input_tokens
+                metrics.output_tokens += response.usage.output_tokens
+                result.usage = result.usage + response.usage
+            ctx.metadata["model_response"] = response
+            replaced = as_response(
+                await first_result(
+                    rt.callbacks.after_model, {**available, "llm_response": response}
+                ),
+                "after_model_callback",
             )
-        ]
-        for call in response.tool_calls:
-            yield ToolCallStarted(
-                tool_call_id=call.id,
-                tool_name=call.name,
-                arguments=call.arguments,
-                agent_name=rt.name,
-            )
-            text, is_error = await _call_tool(rt, scope, ctx, call)
-            metrics.tool_calls += 1
-            result.messages.append(
-                Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
-            )
-            events.append(
+            if replaced is not None:
+                response = replaced
+            ctx.metadata.pop("model_response", None)
+            scope.working.mark("callback:after_model")
+            _check_response(response)
+            assistant = response.to_message()
+            result.messages.append(assistant)
+            events = [
                 NewEvent(
-                    type="tool_call",
+                    type="model_response",
                     run_id=ctx.run_id,
                     data={
                         "agent": rt.name,
                         "step": step,
-                        "tool_call_id": call.id,
-                        "name": call.name,
-                        "arguments": call.arguments,
-                        "result": text,
-                        "is_error": is_error,
+                        "message": assistant.to_dict(),
+                        "usage": response.usage.to_dict(),
                     },
                 )
-            )
-            yield ToolCallCompleted(
-                tool_call_id=call.id,
-                tool_name=call.name,
-                result=text,
-                is_error=is_error,
-                agent_name=rt.name,
-            )
-        if not response.tool_calls and defer_final_commit:
-            # Nothing observable runs between this step and the run end: one commit
-            # (one fsync) serves both; the caller commits these events with the run end.
-            result.content = response.content
-            result.pending_events = events
-            result.final_step = step
-            return
-        changed = await scope.commit(events, step=step, source="step")
-        if changed is not None:
-            yield changed
-        if not response.tool_calls:
-            result.content = response.content
-            return
+            ]
+            for call in response.tool_calls:
+                yield ToolCallStarted(
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    arguments=call.arguments,
+                    agent_name=rt.name,
+                )
+                observed_tool = _observe.tool_started(ctx, scope, call)
+                try:
+                    text, is_error = await _call_tool(rt, scope, ctx, call)
+                except BaseException as exc:
+                    _observe.finish(observed_tool, exc)
+                    raise
+                _observe.tool_finished(observed_tool, text, is_error)
+                metrics.tool_calls += 1
+                result.messages.append(
+                    Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
+                )
+                events.append(
+                    NewEvent(
+                        type="tool_call",
+                        run_id=ctx.run_id,
+                        data={
+                            "agent": rt.name,
+                            "step": step,
+                            "tool_call_id": call.id,
+                            "name": call.name,
+                            "arguments": call.arguments,
+                            "result": text,
+                            "is_error": is_error,
+                        },
+                    )
+                )
+                yield ToolCallCompleted(
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    result=text,
+                    is_error=is_error,
+                    agent_name=rt.name,
+                )
+            if not response.tool_calls and defer_final_commit:
+                # Nothing observable runs between this step and the run end: one commit
+                # (one fsync) serves both; the caller commits these events with the run end.
+                result.content = response.content
+                result.pending_events = events
+                result.final_step = step
+                return
+            changed = await scope.commit(events, step=step, source="step")
+            if changed is not None:
+                yield changed
+            if not response.tool_calls:
+                result.content = response.content
+                return
+        except BaseException as exc:
+            step_error = exc
+            raise
+        finally:
+            _observe.finish(observed_step, step_error)
     raise RunError(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"

@@ -8,6 +8,11 @@ from typing import Any, Literal
 
 from statewise.models.messages import Message
 
+METRICS_KEY = "statewise.metrics"
+"""Where a run keeps its RunMetrics in `RunContext.metadata`, so that the agents it runs
+inside it (team members, workflow steps) count their model requests, tool calls and
+tokens in it."""
+
 
 @dataclass(kw_only=True, slots=True)
 class RunMetrics:

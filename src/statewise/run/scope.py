@@ -8,6 +8,7 @@ from typing import Any
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
+from statewise.run import _observe
 from statewise.run.events import StateChanged
 
 
@@ -30,14 +31,25 @@ class RunScope:
         step: int | None = None,
         source: str = "unattributed",
     ) -> StateChanged | None:
-        committed = await self.store.db._run_async(
-            self.store.commit,
-            self.working,
-            events=events,
-            run=run,
-            run_id=self.run_id,
-            step=step,
-            source=source,
+        observed = _observe.commit_started(self, self.working.spec.session_id, source, step)
+        try:
+            committed = await self.store.db._run_async(
+                self.store.commit,
+                self.working,
+                events=events,
+                run=run,
+                run_id=self.run_id,
+                step=step,
+                source=source,
+            )
+        except BaseException as exc:
+            _observe.commit_finished(observed, error=exc)
+            raise
+        _observe.commit_finished(
+            observed,
+            versions={key.kind: version for key, version in committed.versions.items()},
+            ops=committed.changes,
+            conflicts=committed.conflicts,
         )
         self.conflicts.extend(committed.conflicts)
         if not committed.changes:

@@ -3,12 +3,14 @@
 With no loop running in this thread we reuse one loop per thread (a new loop per call
 costs more than a small run). Inside a running loop (Jupyter, an async web handler) the
 coroutine runs to completion on a fresh loop in a worker thread, so sync calls never
-raise "event loop is already running" and never deadlock the caller's loop.
+raise "event loop is already running" and never deadlock the caller's loop. Either way
+the coroutine sees the caller's context variables (an OpenTelemetry span, for one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import queue
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -50,7 +52,7 @@ def _in_running_loop() -> bool:
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if not _in_running_loop():
-        return _thread_runner().run(coro)
+        return _thread_runner().run(coro, context=contextvars.copy_context())
     result: list[T] = []
     error: list[BaseException] = []
 
@@ -60,7 +62,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         except BaseException as exc:
             error.append(exc)
 
-    worker = threading.Thread(target=target, name="statewise-sync-run")
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(target,), name="statewise-sync-run")
     worker.start()
     worker.join()
     if error:
@@ -77,7 +80,10 @@ def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
         runner = _thread_runner()
         while True:
             try:
-                yield runner.run(agen.__anext__())  # type: ignore[arg-type]
+                yield runner.run(
+                    agen.__anext__(),  # type: ignore[arg-type]
+                    context=contextvars.copy_context(),
+                )
             except StopAsyncIteration:
                 return
     items: queue.Queue[Any] = queue.Queue(maxsize=64)
@@ -91,7 +97,10 @@ def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
         else:
             items.put(_DONE)
 
-    worker = threading.Thread(target=lambda: asyncio.run(pump()), name="statewise-sync-stream")
+    context = contextvars.copy_context()
+    worker = threading.Thread(
+        target=context.run, args=(lambda: asyncio.run(pump()),), name="statewise-sync-stream"
+    )
     worker.start()
     while True:
         item = items.get()

@@ -70,11 +70,15 @@ def _render_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def render_template(template: str, state: Mapping[str, Any]) -> str:
+def render_template(
+    template: str, state: Mapping[str, Any], missing: list[str] | None = None
+) -> str:
     """Render `{key}`, `{nested.key}`, `{items.0}`, `{user:name}` and `{key?}` from state.
 
     Strings render as they are, other values as compact JSON. `{{`/`}}` are literal
-    braces. Unknown keys and anything that is not a reference stay exactly as written.
+    braces. Unknown keys and anything that is not a reference stay exactly as written;
+    with `missing`, the unknown references (not the optional `{key?}` ones) are appended
+    to it.
     """
     if "{" not in template and "}" not in template:
         return template
@@ -87,6 +91,8 @@ def render_template(template: str, state: Mapping[str, Any]) -> str:
         value = _lookup(state, key, parts)
         if value is _MISSING:
             out.append("" if optional else raw)
+            if missing is not None and not optional:
+                missing.append(".".join((key, *parts)))
         else:
             out.append(_render_value(value))
     return "".join(out)

@@ -54,10 +54,10 @@ class Team(Agent):
     ) -> None:
         if mode not in ("coordinate", "route"):
             raise ConfigurationError(f"Team mode must be 'coordinate' or 'route', got {mode!r}")
-        if members is None or isinstance(members, Agent) or not isinstance(members, Sequence):
+        if members is None:
+            members = []  # the leader alone, as in Agno
+        if isinstance(members, Agent) or not isinstance(members, Sequence):
             raise ConfigurationError("Team needs members=[...]: a list of agents or teams")
-        if not members:
-            raise ConfigurationError("Team needs at least one member")
         self.members: list[Agent] = []
         self._members_by_name: dict[str, Agent] = {}
         for index, member in enumerate(members):
@@ -72,9 +72,11 @@ class Team(Agent):
             self.members.append(member)
         self.mode: TeamMode = mode
         self._route_key = f"statewise.team.routed:{id(self)}"
-        delegate = self._transfer_tool() if mode == "route" else self._delegate_tool()
-        super().__init__(model, name=name, tools=[*(tools or []), delegate], **kwargs)
-        if mode == "route":
+        delegates = []
+        if self.members:
+            delegates = [self._transfer_tool() if mode == "route" else self._delegate_tool()]
+        super().__init__(model, name=name, tools=[*(tools or []), *delegates], **kwargs)
+        if mode == "route" and self.members:
             self.callbacks = dataclasses.replace(
                 self.callbacks, before_model=(self._routed_answer, *self.callbacks.before_model)
             )
@@ -90,6 +92,8 @@ class Team(Agent):
 
     def _system_prompt(self, ctx: RunContext) -> str | None:
         base = super()._system_prompt(ctx)
+        if not self.members:
+            return base
         lines = []
         for member_name, member in zip(self.member_names(), self.members, strict=True):
             about = member.description or ""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import WorkingState
+from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.events import RunEvent, StateChanged
 from statewise.run.scope import RunScope
@@ -30,6 +31,22 @@ class StepLike(Protocol):
     name: str
 
     def execute(self, ex: Executor) -> AsyncIterator[RunEvent | StepOutput]: ...
+
+
+async def observed_step(
+    step: StepLike, ex: Executor, index: int | None = None
+) -> AsyncIterator[RunEvent | StepOutput]:
+    """`step.execute(ex)` inside a span (and a debug log line) for the step."""
+    observed = _observe.step_started(ex.ctx, ex.scope, step.name, index=index)
+    failure: BaseException | None = None
+    try:
+        async for item in step.execute(ex):
+            yield item
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        _observe.finish(observed, failure)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -121,7 +138,7 @@ class Executor:
         """Run steps in order, yielding their events and then each one's output; stops
         after a step that asked the workflow to stop."""
         for step in steps:
-            async for item in step.execute(self):
+            async for item in observed_step(step, self):
                 yield item
             if self.stopped:
                 return

@@ -7,6 +7,7 @@ StepStarted/StepCompleted and those of the agents inside it) and, last, its `Ste
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from statewise.state.ops import Op, apply_op
 from statewise.state.tracked import TrackedDict, to_plain
 from statewise.team import Team
 from statewise.tools._introspect import callable_name
-from statewise.workflow._engine import Executor, StepLike
+from statewise.workflow._engine import Executor, StepLike, observed_step
 from statewise.workflow.types import StepOutput
 
 StepSpec = Any
@@ -254,12 +255,30 @@ class Router:
         yield output
 
 
+def _single_parameter(fn: Callable[..., Any] | None) -> str | None:
+    """The name of `fn`'s only parameter when it can be passed positionally, else None."""
+    if fn is None:
+        return None
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if len(params) == 1 and params[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return params[0].name
+    return None
+
+
 class Loop:
     """Runs `steps` again and again, at most `max_iterations` times (required: a loop
     without a bound is refused), until `end_condition` returns true.
 
     `end_condition` gets, by name, `outputs` (this iteration's step outputs), `iteration`,
-    `step_input`, `run_context` and `session_state`.
+    `step_input`, `run_context` and `session_state`. A function of one parameter with
+    another name gets this iteration's step outputs, as in Agno: `end_condition=fn`,
+    `fn(outputs: list[StepOutput]) -> bool`.
     """
 
     def __init__(
@@ -289,6 +308,7 @@ class Loop:
         if not self.steps:
             raise ConfigurationError(f"Loop {name!r} needs at least one step")
         self.end_condition = end_condition
+        self._outputs_positionally = _single_parameter(end_condition)
         self.max_iterations = max_iterations
         self.description = description
 
@@ -312,7 +332,12 @@ class Loop:
                     step_outputs=this_round,
                     iteration=iteration,
                 )
-                if await call_with_available(self.end_condition, available):
+                if self._outputs_positionally and self._outputs_positionally not in available:
+                    done = self.end_condition(this_round)
+                    done = await done if inspect.isawaitable(done) else done
+                else:
+                    done = await call_with_available(self.end_condition, available)
+                if done:
                     break
         output = StepOutput(step_name=self.name, content=_last_content(children), steps=children)
         ex.record(output)
@@ -354,7 +379,7 @@ class Parallel:
         ) -> tuple[list[RunEvent], list[StepOutput]]:
             events: list[RunEvent] = []
             outputs: list[StepOutput] = []
-            async for item in step.execute(branch):
+            async for item in observed_step(step, branch):
                 if isinstance(item, StepOutput):
                     outputs.append(item)
                 else:

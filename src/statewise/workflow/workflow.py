@@ -24,20 +24,21 @@ from rich.console import Console
 from rich.text import Text
 
 from statewise.agent.printing import aprint_run, print_run
-from statewise.agent.session_owner import SessionOwner
+from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, new_id
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.models.messages import Message
+from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.driver import check_input, initialize_state
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
-from statewise.run.output import RunMetrics, RunOutput
+from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
 from statewise.team import SCOPE_KEY
-from statewise.workflow._engine import Executor, StepLike, StepScope
+from statewise.workflow._engine import Executor, StepLike, StepScope, observed_step
 from statewise.workflow.steps import StepSpec, normalize_steps
 from statewise.workflow.types import StepOutput, _json_or_text
 
@@ -93,6 +94,7 @@ class Workflow(SessionOwner):
         description: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         db: BaseDb | str | None = None,
+        storage: BaseDb | str | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         app_name: str | None = None,
@@ -101,6 +103,7 @@ class Workflow(SessionOwner):
         state_rules: Mapping[str, Rule] | None = None,
         secret_keys: Sequence[str] | None = None,
         markdown: bool = False,
+        debug_mode: bool = False,
     ) -> None:
         self.name = name
         self.description = description
@@ -109,7 +112,7 @@ class Workflow(SessionOwner):
             raise ConfigurationError("a Workflow needs at least one step")
         self._init_sessions(
             session_state=session_state,
-            db=db,
+            db=db_or_storage(db, storage),
             session_id=session_id,
             user_id=user_id,
             app_name=app_name,
@@ -119,6 +122,7 @@ class Workflow(SessionOwner):
         )
         self.overwrite_db_session_state = overwrite_db_session_state
         self.markdown = markdown
+        self.debug_mode = debug_mode
 
     def __repr__(self) -> str:
         return f"Workflow(name={self.name!r}, steps={[s.name for s in self.steps]!r})"
@@ -205,7 +209,7 @@ class Workflow(SessionOwner):
             user_id=spec.user_id,
             agent=self,
             agent_name=self.name,
-            metadata={SCOPE_KEY: scope},
+            metadata={SCOPE_KEY: scope, METRICS_KEY: RunMetrics()},
             _working=working,
             _store=store,
         )
@@ -222,6 +226,17 @@ class Workflow(SessionOwner):
             )
         outputs: list[StepOutput] = []
         keep = True
+        metrics: RunMetrics = ctx.metadata[METRICS_KEY]
+        observed = _observe.run_started(
+            ctx,
+            scope,
+            kind="workflow",
+            name=self.name,
+            session_id=spec.session_id,
+            run_id=run_id,
+            debug=self.debug_mode,
+        )
+        failure: BaseException | None = None
         try:
             initialize_state(
                 working,
@@ -263,7 +278,7 @@ class Workflow(SessionOwner):
                 if plan is not None and index in plan.done:
                     continue
                 output: StepOutput | None = None
-                async for item in step.execute(ex):
+                async for item in observed_step(step, ex, index):
                     if isinstance(item, StepOutput):
                         output = item
                     else:
@@ -284,7 +299,8 @@ class Workflow(SessionOwner):
                 if changed is not None:
                     yield changed
             content = ex.previous
-            metrics = RunMetrics(duration=time.perf_counter() - started)
+            metrics.duration = time.perf_counter() - started
+            metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
             messages = [
                 Message(role="user", content=text),
                 Message(role="assistant", content=None if content is None else str(content)),
@@ -322,6 +338,7 @@ class Workflow(SessionOwner):
             )
         except BaseException as exc:
             keep = False
+            failure = exc
             working.discard_uncommitted()
             scope.pending.clear()
             if working.record is not None:
@@ -341,6 +358,7 @@ class Workflow(SessionOwner):
             raise
         finally:
             store.release(working, keep=keep)
+            _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
 
     @overload
     async def arun(

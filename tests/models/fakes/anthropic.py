@@ -40,6 +40,10 @@ def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
+def thinking(text: str, signature: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": text, "signature": signature}
+
+
 def tool_use(id: str, name: str, input: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": id, "name": name, "input": input}
 
@@ -51,8 +55,8 @@ def stream(
     output_tokens: int = 15,
     error: dict[str, Any] | None = None,
 ) -> Reply:
-    """A streamed message. `blocks` are `("text", [pieces])` or
-    `("tool_use", (id, name, [partial_json pieces]))`. A `ping` is sent after the first
+    """A streamed message. `blocks` are `("text", [pieces])`,
+    `("tool_use", (id, name, [partial_json pieces]))` or `("thinking", ([pieces], signature))`. A `ping` is sent after the first
     block starts, as the API does. With `error`, an `error` event ends the stream early."""
     events = [
         sse_event(
@@ -76,6 +80,11 @@ def stream(
         if kind == "text":
             start: dict[str, Any] = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": piece} for piece in spec]
+        elif kind == "thinking":
+            pieces, signature = spec
+            start = {"type": "thinking", "thinking": ""}
+            deltas = [{"type": "thinking_delta", "thinking": p} for p in pieces]
+            deltas.append({"type": "signature_delta", "signature": signature})
         else:
             call_id, name, pieces = spec
             start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}

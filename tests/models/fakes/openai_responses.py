@@ -28,6 +28,15 @@ def call_item(call_id: str, name: str, arguments: str, id: str | None = None) ->
     }
 
 
+def reasoning_item(summary: str, id: str = "rs_1") -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": id,
+        "summary": [{"type": "summary_text", "text": summary}],
+        "encrypted_content": "gAAAA-opaque",
+    }
+
+
 def _response(output: list[dict[str, Any]], usage: tuple[int, int], status: str) -> dict[str, Any]:
     return {
         "id": "resp_1",
@@ -60,6 +69,8 @@ def stream(
     *,
     usage: tuple[int, int] = (8, 6),
     fail: str | None = None,
+    fail_code: str = "server_error",
+    reasoning: dict[str, Any] | None = None,
 ) -> Reply:
     """Typed events as the API sends them: `response.created`, per output item
     `response.output_item.added` / deltas / `...done`, then `response.completed` (or
@@ -74,10 +85,14 @@ def stream(
 
     events = [event("response.created", response=_response([], (0, 0), "in_progress"))]
     output: list[dict[str, Any]] = []
+    if reasoning is not None:
+        events.append(event("response.output_item.added", output_index=0, item=reasoning))
+        events.append(event("response.output_item.done", output_index=0, item=reasoning))
+        output.append(reasoning)
     if text_pieces:
         item = message_item("")
         item["status"], item["content"] = "in_progress", []
-        events.append(event("response.output_item.added", output_index=0, item=item))
+        events.append(event("response.output_item.added", output_index=len(output), item=item))
         part = {"type": "output_text", "text": "", "annotations": []}
         events.append(
             event(
@@ -136,7 +151,7 @@ def stream(
         events.append(event("response.output_item.done", output_index=index, item=output[-1]))
     if fail is not None:
         failed = _response(output, usage, "failed")
-        failed["error"] = {"code": "server_error", "message": fail}
+        failed["error"] = {"code": fail_code, "message": fail}
         events.append(event("response.failed", response=failed))
     else:
         events.append(event("response.completed", response=_response(output, usage, "completed")))

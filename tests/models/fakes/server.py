@@ -9,6 +9,7 @@ answers 599 with a message saying so, which makes a missing script obvious.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -24,7 +25,11 @@ class Reply:
     body: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     sse: list[str] | None = None
-    """Pre-formatted SSE events (each ends with a blank line), streamed one write each."""
+    """Pre-formatted SSE events (each ends with a blank line), streamed one chunk each with
+    chunked transfer encoding, as real servers stream."""
+    cut: bool = False
+    """With `sse`: drop the connection after the events, without ending the chunked body
+    (what a crashed server or a broken network looks like to the client)."""
     delay: float = 0.0
     """Seconds to wait before answering (for timeout tests)."""
 
@@ -130,13 +135,19 @@ class FakeServer:
                 if reply.sse is not None:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
                     self.send_header("Connection", "close")
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
                     for event in reply.sse:
-                        self.wfile.write(event.encode())
+                        data = event.encode()
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         self.wfile.flush()
+                    if reply.cut:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    else:
+                        self.wfile.write(b"0\r\n\r\n")
                     self.close_connection = True
                     return
                 payload = reply.body if reply.body is not None else json.dumps(reply.json).encode()

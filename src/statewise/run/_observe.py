@@ -1,0 +1,385 @@
+"""Seeing what a run did: debug logging and OpenTelemetry spans, from one place.
+
+The run loop, the run driver, commits and workflows call the few functions below at
+their boundaries (run, step, model call, tool call, commit). Nothing here changes what a
+run does.
+
+Logging goes through the standard `logging` module, logger "statewise". A run logs its
+model requests, tool calls, commits and conflicts when the agent, team or workflow has
+`debug_mode=True` (nested agents inherit it from the run they are part of) or when the
+environment says `STATEWISE_LOG=debug`. Without any logging configuration, a handler on
+stderr is added the first time something is to be logged.
+
+Spans go to OpenTelemetry's global tracer provider whenever `opentelemetry-api` is
+importable (the `otel` extra); without a provider configured they cost nothing. Each run,
+step, model call (GenAI semantic conventions), tool call and commit is a span, its parent
+found through the run context (never through context variables, which do not survive
+the async generators a run is made of), so spans nest across teams and workflows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger("statewise")
+
+try:  # the `otel` extra
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace import Status, StatusCode
+except ImportError:  # pragma: no cover - depends on the environment
+    _trace = None  # type: ignore[assignment]
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
+def _env_level() -> int | None:
+    return _LEVELS.get(os.environ.get("STATEWISE_LOG", "").strip().lower())
+
+
+def env_debug() -> bool:
+    """`STATEWISE_LOG=debug`: log every run as if it had `debug_mode=True`."""
+    return _env_level() == logging.DEBUG
+
+
+def ensure_logging(level: int = logging.DEBUG) -> None:
+    """Make records of `level` from the "statewise" logger visible: lower its level if it
+    is higher, and add a stderr handler when no logging is configured at all."""
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("statewise %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+
+
+def _short(value: Any, limit: int = 2000) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+# ---- who is the parent of what ---------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Node:
+    span: Any
+    debug: bool
+    name: str | None = None
+
+
+_nodes: weakref.WeakKeyDictionary[Any, _Node] = weakref.WeakKeyDictionary()
+
+
+@dataclass(eq=False)
+class Token:
+    """What `finish` needs: the span to end and the nodes to restore."""
+
+    span: Any
+    debug: bool
+    keys: tuple[Any, ...]
+    previous: tuple[_Node | None, ...]
+    name: str | None = None
+
+
+def _node(key: Any) -> _Node | None:
+    return _nodes.get(key) if key is not None else None
+
+
+def debugging(key: Any) -> bool:
+    """Whether the run that `key` (a run context or scope) belongs to logs in detail."""
+    node = _node(key)
+    return (node.debug if node is not None else False) or env_debug()
+
+
+def _start(
+    name: str,
+    parent: Any,
+    keys: Sequence[Any],
+    *,
+    debug: bool | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    agent_name: str | None = None,
+) -> Token:
+    parent_node = _node(parent)
+    span = None
+    if _trace is not None:
+        tracer = _trace.get_tracer("statewise")
+        context = (
+            _trace.set_span_in_context(parent_node.span)
+            if parent_node is not None and parent_node.span is not None
+            else None
+        )
+        span = tracer.start_span(
+            name,
+            context=context,
+            attributes={k: v for k, v in (attributes or {}).items() if v is not None},
+        )
+    inherited = parent_node.debug if parent_node is not None else False
+    on = bool(debug) or inherited or env_debug()
+    if on:
+        ensure_logging()
+    if agent_name is None and parent_node is not None:
+        agent_name = parent_node.name
+    node = _Node(span=span, debug=on, name=agent_name)
+    live = tuple(k for k in keys if k is not None)
+    previous = tuple(_nodes.get(k) for k in live)
+    for key in live:
+        _nodes[key] = node
+    return Token(span=span, debug=on, keys=live, previous=previous, name=agent_name)
+
+
+def finish(token: Token, error: BaseException | None = None) -> None:
+    """End the span (marking an error) and give the keys back their previous parent."""
+    for key, previous in zip(token.keys, token.previous, strict=True):
+        if previous is None:
+            _nodes.pop(key, None)
+        else:
+            _nodes[key] = previous
+    span = token.span
+    if span is None:
+        return
+    if error is not None and not isinstance(error, GeneratorExit):
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+    span.end()
+
+
+def _log(token: Token | None, debug: bool, message: str, *args: Any) -> None:
+    if debug:
+        who = f"[{token.name}] " if token is not None and token.name else ""
+        logger.debug(who + message, *args)
+
+
+# ---- runs and steps --------------------------------------------------------------------
+
+
+def run_started(
+    ctx: Any,
+    scope: Any,
+    *,
+    kind: str,
+    name: str | None,
+    session_id: str,
+    run_id: str,
+    debug: bool,
+    parent: Any = None,
+) -> Token:
+    """A run of an agent, team or workflow; `parent` is the host's context when this run
+    is nested (a team member, a workflow step's agent)."""
+    operation = "invoke_workflow" if kind == "workflow" else "invoke_agent"
+    token = _start(
+        f"{operation} {name or kind}",
+        parent,
+        (ctx, scope),
+        debug=debug,
+        agent_name=name or kind,
+        attributes={
+            "gen_ai.operation.name": operation,
+            "gen_ai.agent.name": name,
+            "statewise.kind": kind,
+            "statewise.session_id": session_id,
+            "statewise.run_id": run_id,
+            "gen_ai.conversation.id": session_id,
+        },
+    )
+    _log(token, token.debug, "%s run %s started (session %s)", kind, run_id, session_id)
+    return token
+
+
+def run_finished(
+    token: Token, *, metrics: Mapping[str, Any] | None = None, error: BaseException | None = None
+) -> None:
+    if token.span is not None and metrics:
+        for key in ("input_tokens", "output_tokens"):
+            if metrics.get(key) is not None:
+                token.span.set_attribute(f"gen_ai.usage.{key}", int(metrics[key]))
+        for key in ("model_requests", "tool_calls"):
+            if metrics.get(key) is not None:
+                token.span.set_attribute(f"statewise.{key}", int(metrics[key]))
+    if error is not None and not isinstance(error, GeneratorExit):
+        _log(token, token.debug, "run failed: %s: %s", type(error).__name__, error)
+    elif metrics is not None:
+        _log(token, token.debug, "run completed: %s", _short(dict(metrics)))
+    finish(token, error)
+
+
+def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
+    token = _start(
+        f"step {name}",
+        ctx,
+        (ctx, scope),
+        attributes={"statewise.step.name": name, "statewise.step.index": index},
+    )
+    _log(token, token.debug, "step %s started", name)
+    return token
+
+
+# ---- model and tool calls --------------------------------------------------------------
+
+
+def model_request(
+    ctx: Any, model: Any, messages: Sequence[Any], tools: Sequence[Any], step: int
+) -> Token:
+    model_id = getattr(model, "id", None)
+    token = _start(
+        f"chat {model_id}",
+        ctx,
+        (),
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model_id,
+            "gen_ai.provider.name": getattr(model, "provider", None),
+            "gen_ai.system": getattr(model, "provider", None),
+            "statewise.step": step,
+        },
+    )
+    if token.debug:
+        system = next((m.content for m in messages if m.role == "system"), None)
+        _log(
+            token,
+            True,
+            "model request %s (step %d): %d messages, tools %s\nsystem prompt:\n%s",
+            getattr(model, "name", model_id),
+            step,
+            len(messages),
+            [t.name for t in tools],
+            system if system is not None else "(none)",
+        )
+    return token
+
+
+def model_response(token: Token, response: Any) -> None:
+    usage = getattr(response, "usage", None)
+    if token.span is not None:
+        if usage is not None:
+            token.span.set_attribute("gen_ai.usage.input_tokens", int(usage.input_tokens))
+            token.span.set_attribute("gen_ai.usage.output_tokens", int(usage.output_tokens))
+        model = getattr(response, "model", None)
+        if isinstance(model, str):
+            token.span.set_attribute("gen_ai.response.model", model)
+        calls = getattr(response, "tool_calls", None) or []
+        token.span.set_attribute(
+            "gen_ai.response.finish_reasons", ["tool_calls" if calls else "stop"]
+        )
+    if token.debug:
+        calls = [f"{c.name}({_short(c.arguments, 300)})" for c in response.tool_calls]
+        _log(
+            token,
+            True,
+            "model response: %s%s (tokens in %s, out %s)",
+            _short(response.content or "", 500) if response.content else "",
+            f" tool calls {calls}" if calls else "",
+            usage.input_tokens if usage else 0,
+            usage.output_tokens if usage else 0,
+        )
+    finish(token)
+
+
+def model_failed(token: Token, error: BaseException) -> None:
+    _log(token, token.debug, "model request failed: %s: %s", type(error).__name__, error)
+    finish(token, error)
+
+
+def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
+    token = _start(
+        f"execute_tool {call.name}",
+        ctx,
+        (ctx, scope),
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+        },
+    )
+    _log(token, token.debug, "tool call %s(%s)", call.name, _short(call.arguments, 1000))
+    return token
+
+
+def tool_finished(token: Token, result: str, is_error: bool) -> None:
+    if token.span is not None and is_error:
+        token.span.set_attribute("error.type", "tool_error")
+        token.span.set_status(Status(StatusCode.ERROR, result[:200]))
+    _log(
+        token,
+        token.debug,
+        "tool result%s: %s",
+        " (error)" if is_error else "",
+        _short(result, 1000),
+    )
+    finish(token)
+
+
+# ---- commits ---------------------------------------------------------------------------
+
+
+def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
+    return _start(
+        "statewise.commit",
+        scope,
+        (),
+        attributes={
+            "statewise.session_id": session_id,
+            "statewise.commit.source": source,
+            "statewise.step": step,
+        },
+    )
+
+
+def commit_finished(
+    token: Token,
+    *,
+    versions: Mapping[str, int] | None = None,
+    ops: Sequence[Mapping[str, Any]] = (),
+    conflicts: Sequence[Mapping[str, Any]] = (),
+    error: BaseException | None = None,
+) -> None:
+    if token.span is not None and error is None:
+        token.span.set_attribute("statewise.commit.op_count", len(ops))
+        token.span.set_attribute("statewise.commit.conflicts", len(conflicts))
+        for kind, version in (versions or {}).items():
+            token.span.set_attribute(f"statewise.version.{kind}", int(version))
+        if versions and "session" in versions:
+            token.span.set_attribute("statewise.version", int(versions["session"]))
+    if error is None:
+        _log(
+            token,
+            token.debug,
+            "commit: versions %s, %d ops %s",
+            dict(versions or {}),
+            len(ops),
+            _short(list(ops), 1500),
+        )
+        for conflict in conflicts:
+            _log(token, token.debug, "conflict resolved: %s", _short(dict(conflict), 1000))
+    finish(token, error)
+
+
+# ---- templates -------------------------------------------------------------------------
+
+_warned: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def unknown_template_keys(owner: Any, name: str | None, keys: Sequence[str]) -> None:
+    """Warn once per key and per agent about `{key}` references the state does not have."""
+    try:
+        seen = _warned.setdefault(owner, set())
+    except TypeError:  # not weak-referenceable: warn every time
+        seen = set()
+    for key in keys:
+        if key not in seen:
+            seen.add(key)
+            logger.warning(
+                "%s: instructions reference {%s}, which is not in the session state; it is "
+                "left as written (write {%s?} to render it as empty, or pass "
+                "strict_templates=True to make this an error)",
+                name or "agent",
+                key,
+                key,
+            )

@@ -15,6 +15,7 @@ from statewise.run.events import (
     ToolCallStarted,
 )
 from statewise.run.output import RunMetrics, RunOutput
+from statewise.run.pause import Approval, PendingToolCall, RequestApproval
 from statewise.state.schema import Reducer, Secret
 from statewise.team import Team
 from statewise.tools import Function, Toolkit, tool
@@ -33,12 +34,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "Approval",
     "Condition",
     "ContentDelta",
     "Function",
     "Loop",
     "Parallel",
+    "PendingToolCall",
     "Reducer",
+    "RequestApproval",
     "Router",
     "RunCompleted",
     "RunContext",

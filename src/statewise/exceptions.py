@@ -33,7 +33,10 @@
     │   ├── CassetteExhaustedError    a ReplayModel ran out of recorded exchanges
     │   └── ModelRequestsDisabledError real requests were switched off (tests)
     └── RunError                      a run cannot go on (no model, step limit, ...)
-        └── UnknownToolError
+        ├── UnknownToolError
+        ├── RunNotFoundError          the session has no run with that id
+        ├── RunNotPausedError         continuing a run that is not paused (or was continued)
+        └── InvalidApprovalError      approvals that do not answer a paused run's tool calls
 
 Errors a model can act on (a tool that raises, bad tool arguments, an unknown tool) never
 surface as exceptions: they go back to the model as the tool's result.
@@ -222,3 +225,24 @@ class RunError(StatewiseError):
 
 class UnknownToolError(RunError):
     """A tool name that the agent does not have."""
+
+
+class RunNotFoundError(RunError, KeyError):
+    """The session has no run with that id."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class RunNotPausedError(RunError):
+    """The run is not paused: it was already continued (by this or another process), or
+    it never paused. A paused run is continued exactly once."""
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidApprovalError(RunError, ValueError):
+    """Approvals that do not answer a paused run's pending tool calls (one is missing,
+    unknown, or malformed)."""

@@ -160,3 +160,62 @@ def test_chat_watch_state_diff_rollback_fork(live_page: tuple[LiveServer, Page])
         expect(diff).to_contain_text("count")
         page.evaluate("document.getElementById('toast').classList.add('hidden')")
         page.screenshot(path=shot)
+
+
+@pytest.fixture
+def bank_page(tmp_path: Path) -> Iterator[tuple[LiveServer, Page]]:
+    from tests.run.test_pause import bank
+
+    live = start_server(create_app([bank(SqliteDb(db_file=str(tmp_path / "bank.db")))]))
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 820})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{live.url}/")
+            yield live, page
+            browser.close()
+            assert not errors, errors
+    finally:
+        stop_server(live)
+
+
+def test_paused_runs_approve_reject_edit(bank_page: tuple[LiveServer, Page]) -> None:
+    live, page = bank_page
+    approvals = page.get_by_test_id("approvals")
+
+    # A run pauses before the transfer: the page shows it with its arguments.
+    send(page, "pay bob")
+    expect(approvals).to_be_visible()
+    expect(approvals).to_contain_text('transfer({"amount":5,"to":"bob"})')
+    expect(approvals).to_contain_text("transfer requires confirmation")
+    session_id = page.get_by_test_id("session-select").input_value()
+    assert "transfers" not in state_of(live, session_id)["state"]
+
+    # Approve: the run goes on, the tool runs once, the box goes away.
+    page.get_by_test_id("approve").click()
+    expect(page.get_by_test_id("toast")).to_contain_text("Run continued")
+    expect(approvals).to_be_hidden()
+    expect(page.get_by_test_id("messages")).to_contain_text("sent 5 to bob")
+    assert state_of(live, session_id)["state"]["transfers"] == [{"amount": 5, "to": "bob"}]
+
+    # Reject with a reason: the model is told why.
+    send(page, "pay bob again")
+    expect(approvals).to_be_visible()
+    page.get_by_test_id("reject").click()
+    page.get_by_test_id("reject-reason").fill("bob was paid already")
+    page.get_by_test_id("confirm-reject").click()
+    expect(page.get_by_test_id("messages")).to_contain_text("bob was paid already")
+    expect(approvals).to_be_hidden()
+    assert len(state_of(live, session_id)["state"]["transfers"]) == 1
+
+    # Edit the arguments, then approve them.
+    send(page, "pay someone")
+    expect(approvals).to_be_visible()
+    page.get_by_test_id("edit").click()
+    page.get_by_test_id("edit-arguments").fill('{"amount": 2, "to": "eve"}')
+    page.get_by_test_id("confirm-edit").click()
+    expect(page.get_by_test_id("messages")).to_contain_text("sent 2 to eve")
+    assert state_of(live, session_id)["state"]["transfers"][-1] == {"amount": 2, "to": "eve"}
+    expect(page.get_by_test_id("run").first).to_be_visible()

@@ -14,15 +14,17 @@ from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
 from statewise.agent.printing import print_run
 from statewise.agent.session_owner import SessionOwner, db_or_storage
-from statewise.db.base import BaseDb
+from statewise.db.base import BaseDb, validate_id
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
+from statewise.models.messages import ToolDefinition
 from statewise.models.registry import infer_model
 from statewise.run.callbacks import Callbacks, as_callbacks
 from statewise.run.context import RunContext
 from statewise.run.driver import RunRequest, drive_run
 from statewise.run.events import RunCompleted, RunEvent
 from statewise.run.output import RunOutput
+from statewise.run.resume import ContinueRequest, PausedRun, drive_continue, paused_runs
 from statewise.run.runtime import AgentRuntime
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
@@ -130,8 +132,13 @@ class Agent(SessionOwner):
 
     # ---- runs ----------------------------------------------------------------------------
 
-    def _runtime(self, injected: Mapping[str, Any] | None = None) -> AgentRuntime:
+    def _runtime(
+        self,
+        injected: Mapping[str, Any] | None = None,
+        client_tools: Sequence[ToolDefinition] = (),
+    ) -> AgentRuntime:
         return AgentRuntime(
+            client_tools=tuple(client_tools),
             name=self.name,
             model=self.model,
             functions=self._functions,
@@ -182,8 +189,70 @@ class Agent(SessionOwner):
             stream=stream,
         )
 
-    def _events(self, request: RunRequest) -> AsyncIterator[RunEvent]:
-        return drive_run(self._runtime(), self._store, request)
+    def _events(
+        self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
+    ) -> AsyncIterator[RunEvent]:
+        return drive_run(self._runtime(client_tools=client_tools), self._store, request)
+
+    # ---- paused runs (humans in the loop) --------------------------------------------------
+
+    def _continue_events(
+        self,
+        run_id: str,
+        session_id: str | None,
+        approvals: Mapping[str, Any] | None,
+        stream: bool,
+        client_tools: Sequence[ToolDefinition],
+    ) -> AsyncIterator[RunEvent]:
+        validate_id(run_id, "run_id")
+        request = ContinueRequest(
+            run_id=run_id,
+            spec=self._spec(session_id, None),
+            approvals=approvals,
+            history_runs=self.num_history_runs if self.add_history_to_context else None,
+            stream=stream,
+        )
+        return drive_continue(self._runtime(client_tools=client_tools), self._store, request)
+
+    def continue_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str | None = None,
+        approvals: Mapping[str, Any] | None = None,
+        client_tools: Sequence[ToolDefinition] = (),
+    ) -> RunOutput:
+        """Continue a paused run (`output.status == "paused"`), here or in any other
+        process, with the session's state as it is now.
+
+        `approvals` answers every pending tool call by its id: `True` or `Approval()`
+        runs it, `Approval.reject("why")` (or `{"approved": False, "reason": "why"}`)
+        tells the model it was rejected and why, `Approval(arguments={...})` runs it with
+        edited arguments, `Approval(result="...")` answers a client-side tool. A paused
+        run is continued once: a second continue raises `RunNotPausedError`.
+        """
+        events = self._continue_events(run_id, session_id, approvals, False, client_tools)
+        return run_sync(_final_output(events))
+
+    async def acontinue_run(
+        self,
+        run_id: str,
+        *,
+        session_id: str | None = None,
+        approvals: Mapping[str, Any] | None = None,
+        stream: bool = False,
+        client_tools: Sequence[ToolDefinition] = (),
+    ) -> Any:
+        """`continue_run` for async callers; with `stream=True`, the events."""
+        events = self._continue_events(run_id, session_id, approvals, stream, client_tools)
+        if stream:
+            return events
+        return await _final_output(events)
+
+    def get_paused_runs(self, session_id: str | None = None) -> list[PausedRun]:
+        """The session's paused runs with the tool calls each waits on."""
+        spec = self._spec(session_id, None)
+        return paused_runs(self.db, spec.session_id)
 
     @overload
     async def arun(
@@ -194,6 +263,7 @@ class Agent(SessionOwner):
         user_id: str | None = ...,
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
+        client_tools: Sequence[ToolDefinition] = ...,
     ) -> RunOutput: ...
     @overload
     async def arun(
@@ -204,6 +274,7 @@ class Agent(SessionOwner):
         user_id: str | None = ...,
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[True],
+        client_tools: Sequence[ToolDefinition] = ...,
     ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
@@ -214,11 +285,15 @@ class Agent(SessionOwner):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
+        client_tools: Sequence[ToolDefinition] = (),
     ) -> RunOutput | AsyncIterator[RunEvent]:
+        """Run the agent once. `client_tools` are tools the caller's client runs (an AG-UI
+        frontend's): when the model calls one, the run pauses with the call pending until
+        `acontinue_run(..., approvals={call_id: Approval(result=...)})`."""
         request = self._request(input, session_id, user_id, session_state, stream)
         if stream:
-            return self._events(request)
-        return await _final_output(self._events(request))
+            return self._events(request, client_tools)
+        return await _final_output(self._events(request, client_tools))
 
     @overload
     def run(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ScopeKind = Literal["session", "user", "app"]
-RunStatus = Literal["running", "completed", "failed"]
+RunStatus = Literal["running", "completed", "failed", "paused"]
 
 
 @dataclass(frozen=True, slots=True, order=True)

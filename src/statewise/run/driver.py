@@ -13,6 +13,7 @@ run as failed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from statewise.run.context import RunContext
 from statewise.run.events import RunCompleted, RunEvent, RunStarted
 from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
+from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
 from statewise.state.jsonvalue import text_problem, to_json_value
@@ -165,41 +167,10 @@ async def drive_run(
                 defer_final_commit=not rt.callbacks.after_agent,
             ):
                 yield event
-        await finish_agent(rt, ctx, result, available)
-        metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
-        metrics.duration = time.perf_counter() - started
-        messages = [user_message, *result.messages]
-        record.status = "completed"
-        record.content = result.content
-        record.messages = [m.to_dict() for m in messages]
-        record.metrics = metrics.to_dict()
-        changed = await scope.commit(
-            [
-                *result.pending_events,
-                NewEvent(
-                    type="run_completed",
-                    run_id=run_id,
-                    data={"content": result.content, "metrics": metrics.to_dict()},
-                ),
-            ],
-            run=record,
-            step=result.final_step,
-            source="run_end",
-        )
-        if changed is not None:
-            yield changed
-        output = RunOutput(
-            content=result.content,
-            run_id=run_id,
-            session_id=spec.session_id,
-            user_id=spec.user_id,
-            messages=messages,
-            metrics=metrics,
-            agent_name=rt.name,
-            conflicts=scope.conflicts,
-            state_loader=store.state_loader(working),
-        )
-        yield RunCompleted(output=output)
+        async for event in end_run(
+            rt, scope, ctx, record, result, [user_message], metrics, available, started
+        ):
+            yield event
     except BaseException as exc:
         keep = False
         failure = exc
@@ -217,6 +188,79 @@ async def drive_run(
     finally:
         store.release(working, keep=keep)
         _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
+
+
+async def end_run(
+    rt: AgentRuntime,
+    scope: RunScope,
+    ctx: RunContext,
+    record: RunRecord,
+    result: StepsResult,
+    before: Sequence[Message],
+    metrics: RunMetrics,
+    available: Mapping[str, Any],
+    started: float,
+) -> AsyncIterator[RunEvent]:
+    """Commit point (c): the output, `output_key` and `after_agent` writes, and the run
+    record; or, when the steps stopped on tool calls that wait for a person or the client,
+    the run stored as `paused` with them (nothing of the run end happens yet)."""
+    run_id = ctx.run_id
+    if not result.pending:
+        await finish_agent(rt, ctx, result, available)  # may replace the final answer
+    metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
+    metrics.duration += time.perf_counter() - started
+    messages = [*before, *result.messages]
+    record.messages = [m.to_dict() for m in messages]
+    record.metrics = metrics.to_dict()
+    if result.pending:
+        record.status = "paused"
+        pending = [p.to_dict() for p in result.pending]
+        changed = await scope.commit(
+            [
+                NewEvent(
+                    type=PAUSED_EVENT,
+                    run_id=run_id,
+                    data={"pending": pending, "step": result.final_step},
+                )
+            ],
+            run=record,
+            step=result.final_step,
+            source="run_paused",
+        )
+    else:
+        record.status = "completed"
+        record.content = result.content
+        changed = await scope.commit(
+            [
+                *result.pending_events,
+                NewEvent(
+                    type="run_completed",
+                    run_id=run_id,
+                    data={"content": result.content, "metrics": metrics.to_dict()},
+                ),
+            ],
+            run=record,
+            step=result.final_step,
+            source="run_end",
+        )
+    if changed is not None:
+        yield changed
+    spec = scope.working.spec
+    yield RunCompleted(
+        output=RunOutput(
+            content=result.content,
+            run_id=run_id,
+            session_id=spec.session_id,
+            user_id=spec.user_id,
+            messages=messages,
+            status="paused" if result.pending else "completed",
+            pending_tool_calls=list(result.pending),
+            metrics=metrics,
+            agent_name=rt.name,
+            conflicts=scope.conflicts,
+            state_loader=scope.store.state_loader(scope.working),
+        )
+    )
 
 
 async def history_messages(
@@ -244,8 +288,10 @@ async def run_nested(
     checked-out state: its writes are visible to the host at once, its steps commit
     through the host's scope, and the host owns the run record and the run-end commit.
 
-    The answer ends up in `result.content`.
+    The answer ends up in `result.content`. A nested agent cannot pause the host's run:
+    its tools that need approval answer the model with an error instead.
     """
+    rt = dataclasses.replace(rt, allow_pause=False)
     ctx = RunContext(
         run_id=parent.run_id,
         session_id=parent.session_id,

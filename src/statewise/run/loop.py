@@ -10,6 +10,7 @@ that call's state writes are undone.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from statewise.run.callbacks import first_result
 from statewise.run.context import RunContext
 from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
 from statewise.run.output import RunMetrics
+from statewise.run.pause import Approval, PendingToolCall, RequestApproval
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
 from statewise.state.jsonvalue import clean_text, text_problem, to_json_value
@@ -50,6 +52,7 @@ class StepsResult:
     usage: Usage = field(default_factory=Usage)
     pending_events: list[NewEvent] = field(default_factory=list)
     final_step: int | None = None
+    pending: list[PendingToolCall] = field(default_factory=list)  # the run paused on these
 
 
 async def run_steps(
@@ -75,8 +78,10 @@ async def run_steps(
         raise RunError(f"agent {rt.name or '(unnamed)'} has no model; pass model=... to run it")
     model = rt.model
     tools = [f.definition() for f in rt.functions.values()]
+    tools += [d for d in rt.client_tools if d.name not in rt.functions]
     started = time.perf_counter()
-    for step in range(1, rt.max_steps + 1):
+    first = ctx.step + 1
+    for step in range(first, first + rt.max_steps):
         ctx.step = step
         observed_step = _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
         step_error: BaseException | None = None
@@ -163,10 +168,15 @@ async def run_steps(
                 )
                 observed_tool = _observe.tool_started(ctx, scope, call)
                 try:
-                    text, is_error = await _call_tool(rt, scope, ctx, call)
+                    outcome = await call_tool(rt, scope, ctx, call)
                 except BaseException as exc:
                     _observe.finish(observed_tool, exc)
                     raise
+                if isinstance(outcome, PendingToolCall):
+                    _observe.tool_finished(observed_tool, "paused: waiting for an answer", False)
+                    result.pending.append(outcome)
+                    continue
+                text, is_error = outcome
                 _observe.tool_finished(observed_tool, text, is_error)
                 metrics.tool_calls += 1
                 result.messages.append(
@@ -194,6 +204,14 @@ async def run_steps(
                     is_error=is_error,
                     agent_name=rt.name,
                 )
+            if result.pending:
+                # Paused before these calls: what ran so far is committed with the step;
+                # the caller stores the run as paused (it is continued once, later).
+                changed = await scope.commit(events, step=step, source="step")
+                if changed is not None:
+                    yield changed
+                result.final_step = step
+                return
             if not response.tool_calls and defer_final_commit:
                 # Nothing observable runs between this step and the run end: one commit
                 # (one fsync) serves both; the caller commits these events with the run end.
@@ -255,17 +273,49 @@ class ToolResultError(ValueError):
     """A tool returned something that cannot be stored or sent to the model."""
 
 
-async def _call_tool(
-    rt: AgentRuntime, scope: RunScope, ctx: RunContext, call: ToolCall
-) -> tuple[str, bool]:
-    """Run one tool call atomically: its state writes are kept only if it succeeds."""
+def _pending(call: ToolCall, kind: str, reason: str | None) -> PendingToolCall:
+    if call.id is None:
+        call.id = f"call_{uuid.uuid4().hex[:16]}"  # the answer names the call by its id
+    return PendingToolCall(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        arguments=dict(call.arguments),
+        kind="client" if kind == "client" else "approval",
+        reason=reason,
+    )
+
+
+_NO_PAUSE = (
+    "Error: tool {name!r} needs a person's approval, which cannot be asked for here "
+    "(inside a team member or a workflow step)."
+)
+
+
+async def call_tool(
+    rt: AgentRuntime,
+    scope: RunScope,
+    ctx: RunContext,
+    call: ToolCall,
+    approval: Approval | None = None,
+) -> tuple[str, bool] | PendingToolCall:
+    """Run one tool call atomically: its state writes are kept only if it succeeds.
+
+    Returns a `PendingToolCall` instead when the call must wait for a person (or the
+    client) first; `approval` is that answer when a paused run is continued.
+    """
     working = scope.working
     savepoint = working.recorder.savepoint()
     ops_before = len(working.recorder.ops)
     function = rt.functions.get(call.name)
     if function is None:
+        if any(d.name == call.name for d in rt.client_tools) and rt.allow_pause:
+            return _pending(call, "client", None)
         known = ", ".join(sorted(rt.functions)) or "none"
         return f"Error: unknown tool {call.name!r}. Available tools: {known}.", True
+    if function.requires_confirmation and approval is None:
+        if not rt.allow_pause:
+            return _NO_PAUSE.format(name=call.name), True
+        return _pending(call, "approval", f"{call.name} requires confirmation")
     if call.arguments_error is not None:
         return (
             f"Error: the arguments for tool {call.name!r} are not valid JSON "
@@ -280,9 +330,17 @@ async def _call_tool(
         "tool": function,
         "args": call.arguments,
         "arguments": call.arguments,
+        "approval": approval,
     }
     try:
         value = await first_result(rt.callbacks.before_tool, available)
+        if isinstance(value, RequestApproval):
+            if approval is None:
+                working.recorder.rollback(savepoint)
+                if not rt.allow_pause:
+                    return _NO_PAUSE.format(name=call.name), True
+                return _pending(call, "approval", value.reason)
+            value = None  # approved: the call goes ahead
         if value is None:
             injected = {
                 **rt.injected,

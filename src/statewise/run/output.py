@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from statewise.models.messages import Message
+from statewise.run.pause import PendingToolCall
 
 METRICS_KEY = "statewise.metrics"
 """Where a run keeps its RunMetrics in `RunContext.metadata`, so that the agents it runs
@@ -49,7 +50,9 @@ class RunOutput:
     session_id: str
     user_id: str | None
     messages: list[Message] = field(default_factory=list)
-    status: Literal["completed", "failed"] = "completed"
+    status: Literal["completed", "failed", "paused"] = "completed"
+    # A paused run waits on these tool calls: continue it with agent.continue_run(...).
+    pending_tool_calls: list[PendingToolCall] = field(default_factory=list)
     metrics: RunMetrics = field(default_factory=RunMetrics)
     agent_name: str | None = None
     conflicts: list[dict[str, Any]] = field(default_factory=list)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewise.models.base import Model
+from statewise.models.messages import ToolDefinition
 from statewise.run.callbacks import Callbacks
 from statewise.run.context import RunContext
 from statewise.tools.function import Function
@@ -28,3 +29,7 @@ class AgentRuntime:
     max_steps: int = 25
     agent: Any = None
     injected: Mapping[str, Any] = field(default_factory=dict)
+    # Tools the caller's client runs (AG-UI frontend tools): calling one pauses the run.
+    client_tools: tuple[ToolDefinition, ...] = ()
+    # False inside team members and workflow steps: they cannot pause the host's run.
+    allow_pause: bool = True

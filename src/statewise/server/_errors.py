@@ -18,9 +18,12 @@ from statewise.agent.sessions import StaleStateVersionError
 from statewise.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
+    InvalidApprovalError,
     InvalidIdError,
     ModelError,
     RunError,
+    RunNotFoundError,
+    RunNotPausedError,
     SessionNotFoundError,
     StateConflictError,
     StateError,
@@ -79,6 +82,12 @@ def problem_for(exc: BaseException) -> Problem:
         return exc
     if isinstance(exc, StaleStateVersionError):
         return Problem(412, str(exc), title="State version is stale", current_version=exc.actual)
+    if isinstance(exc, RunNotFoundError):
+        return Problem(404, str(exc), title="Run not found")
+    if isinstance(exc, RunNotPausedError):
+        return Problem(409, str(exc), title="Run is not paused", run_status=exc.status)
+    if isinstance(exc, InvalidApprovalError):
+        return Problem(422, str(exc), title="Invalid approvals")
     if isinstance(exc, SessionNotFoundError):
         return Problem(404, str(exc), title="Session not found")
     if isinstance(exc, InvalidIdError):

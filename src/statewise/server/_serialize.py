@@ -107,6 +107,7 @@ def output_json(output: RunOutput, secret_keys: frozenset[str]) -> dict[str, Any
         "user_id": output.user_id,
         "agent_name": output.agent_name,
         "status": output.status,
+        "pending_tool_calls": [p.to_dict() for p in output.pending_tool_calls],
         "content": jsonable(output.content),
         "metrics": output.metrics.to_dict(),
         "conflicts": jsonable(output.conflicts),

@@ -10,6 +10,8 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from statewise.server._agui import router as agui_router
+from statewise.server._approvals import router as approvals_router
 from statewise.server._auth import KeyRing, KeySpec
 from statewise.server._errors import install_error_handlers
 from statewise.server._middleware import (
@@ -56,6 +58,8 @@ def create_app(
     install_error_handlers(app)
     app.include_router(runs_router)
     app.include_router(sessions_router)
+    app.include_router(approvals_router)
+    app.include_router(agui_router)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:

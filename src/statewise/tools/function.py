@@ -37,6 +37,9 @@ class Function:
     `injected` holds the parameters the run fills in by name (`run_context`,
     `session_state`, `agent`, ...); they are not part of `parameters`. Treat `parameters`
     as read-only: it is shared by every definition handed to a model.
+
+    `requires_confirmation` pauses the run before each call of this tool until a person
+    approves, rejects or edits it (`agent.continue_run`).
     """
 
     name: str
@@ -48,6 +51,7 @@ class Function:
     _validator: type[BaseModel] = field(repr=False)
     _fields: tuple[tuple[str, str], ...] = field(repr=False)
     _injected_required: frozenset[str] = field(repr=False)
+    requires_confirmation: bool = False
 
     @classmethod
     def from_callable(
@@ -56,6 +60,7 @@ class Function:
         *,
         name: str | None = None,
         description: str | None = None,
+        requires_confirmation: bool | None = None,
     ) -> Function:
         """Build a tool from type hints, defaults and the docstring of `fn`.
 
@@ -63,12 +68,17 @@ class Function:
         redescribed if asked.
         """
         if isinstance(fn, Function):
-            if name is None and description is None:
+            if name is None and description is None and requires_confirmation is None:
                 return fn
             return dataclasses.replace(
                 fn,
                 name=fn.name if name is None else check_tool_name(name),
                 description=fn.description if description is None else description,
+                requires_confirmation=(
+                    fn.requires_confirmation
+                    if requires_confirmation is None
+                    else requires_confirmation
+                ),
             )
         if not callable(fn):
             raise ConfigurationError(f"a tool must be callable, got {type(fn).__name__}")
@@ -87,6 +97,7 @@ class Function:
             _validator=model.validator,
             _fields=model.fields,
             _injected_required=injected_required,
+            requires_confirmation=bool(requires_confirmation),
         )
 
     def definition(self) -> ToolDefinition:

@@ -248,6 +248,9 @@ async function sendMessage(text) {
         addToolLine(`← ${data.tool_name}: ${data.result}`);
       } else if (event === "state_changed") {
         await refreshState();
+      } else if (event === "run_completed" && data.output.status === "paused") {
+        const names = data.output.pending_tool_calls.map((p) => p.tool_name).join(", ");
+        addToolLine(`⏸ waiting for approval: ${names}`);
       } else if (event === "run_completed") {
         const out = data.output;
         if (!bubble && out.content !== null && out.content !== undefined) {
@@ -432,6 +435,7 @@ async function loadSession(sessionId, opts = {}) {
     ui.messages.replaceChildren();
     renderState({}, null);
     await renderTimeline();
+    await renderApprovals(null);
     const hint = addMessage("assistant", `Say something to ${current.app ? current.app.name : "the agent"} to start a new session.`);
     hint.classList.add("muted");
     return;
@@ -442,6 +446,7 @@ async function loadSession(sessionId, opts = {}) {
   if (!current.running) renderChat(body.runs);
   renderState(body.state, body.version);
   await renderTimeline();
+  await renderApprovals(sessionId);
   if (opts.keepSelection && current.selectedRun) await selectRun(current.selectedRun);
 }
 
@@ -511,3 +516,137 @@ ui.keyForm.addEventListener("submit", guard(async (ev) => {
 }));
 
 start();
+
+// ---- runs paused for approval -------------------------------------------------------------
+
+// Each paused run lists the tool calls it waits on; a person approves, rejects (with a
+// reason the model sees) or edits each one. When every call of a run has an answer, the
+// run is continued (POST .../continue); a run someone else continued first answers 409.
+async function renderApprovals(sessionId) {
+  const box = $("approvals");
+  box.replaceChildren();
+  if (!sessionId) { box.classList.add("hidden"); return; }
+  let body;
+  try {
+    body = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/paused-runs`);
+  } catch (err) {
+    box.classList.add("hidden");
+    return;
+  }
+  box.classList.toggle("hidden", body.runs.length === 0);
+  if (body.runs.length === 0) return;
+  const title = document.createElement("h3");
+  title.textContent = "Waiting for approval";
+  box.appendChild(title);
+  for (const run of body.runs) {
+    const answers = {};
+    for (const call of run.pending_tool_calls) {
+      box.appendChild(approvalCard(sessionId, run, call, answers));
+    }
+  }
+}
+
+function approvalCard(sessionId, run, call, answers) {
+  const card = document.createElement("div");
+  card.className = "approval";
+  card.dataset.testid = "approval";
+  card.dataset.toolCallId = call.tool_call_id;
+  const what = document.createElement("div");
+  what.className = "call";
+  what.textContent = `${call.tool_name}(${JSON.stringify(call.arguments)})`;
+  card.appendChild(what);
+  if (call.reason) {
+    const why = document.createElement("div");
+    why.className = "why";
+    why.textContent = call.reason;
+    card.appendChild(why);
+  }
+  const row = document.createElement("div");
+  row.className = "row";
+  const button = (label, testid, onClick) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "small";
+    b.textContent = label;
+    b.dataset.testid = testid;
+    b.addEventListener("click", guard(onClick));
+    row.appendChild(b);
+    return b;
+  };
+  const extra = document.createElement("div");
+  extra.className = "row";
+  const decide = async (answer, label) => {
+    answers[call.tool_call_id] = answer;
+    row.replaceChildren();
+    extra.replaceChildren();
+    const done = document.createElement("span");
+    done.className = "decided";
+    done.textContent = label;
+    row.appendChild(done);
+    const missing = run.pending_tool_calls.filter((c) => !(c.tool_call_id in answers));
+    if (missing.length === 0) await continueRun(sessionId, run.run_id, answers);
+  };
+  if (call.kind === "client") {
+    const note = document.createElement("span");
+    note.className = "why";
+    note.textContent = "runs in the client that started the run";
+    row.appendChild(note);
+  } else {
+    button("Approve", "approve", () => decide({ approved: true }, "approved"));
+  }
+  button("Reject", "reject", () => {
+    extra.replaceChildren();
+    const reason = document.createElement("input");
+    reason.placeholder = "Why? (the model sees this)";
+    reason.dataset.testid = "reject-reason";
+    const ok = document.createElement("button");
+    ok.type = "button";
+    ok.className = "small";
+    ok.textContent = "Reject";
+    ok.dataset.testid = "confirm-reject";
+    ok.addEventListener("click", guard(() => decide({ approved: false, reason: reason.value || null }, "rejected")));
+    extra.append(reason, ok);
+    reason.focus();
+  });
+  if (call.kind !== "client") {
+    button("Edit", "edit", () => {
+      extra.replaceChildren();
+      const args = document.createElement("textarea");
+      args.rows = 3;
+      args.value = JSON.stringify(call.arguments, null, 2);
+      args.dataset.testid = "edit-arguments";
+      const ok = document.createElement("button");
+      ok.type = "button";
+      ok.className = "small";
+      ok.textContent = "Approve with these arguments";
+      ok.dataset.testid = "confirm-edit";
+      ok.addEventListener("click", guard(async () => {
+        let parsed;
+        try { parsed = JSON.parse(args.value); } catch (e) { toast(`The arguments are not JSON: ${e.message}`); return; }
+        if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) { toast("The arguments must be a JSON object"); return; }
+        await decide({ approved: true, arguments: parsed }, "approved (edited)");
+      }));
+      extra.append(args, ok);
+      args.focus();
+    });
+  }
+  card.append(row, extra);
+  return card;
+}
+
+async function continueRun(sessionId, runId, answers) {
+  setRunning(true);
+  try {
+    const out = await api(
+      `/v1/sessions/${encodeURIComponent(sessionId)}/runs/${encodeURIComponent(runId)}/continue`,
+      { method: "POST", body: { approvals: answers } },
+    );
+    if (out.status === "paused") toast("The run continued and is waiting for approval again", true);
+    else toast("Run continued", true);
+  } catch (err) {
+    toast(err.status === 409 ? `Already continued: ${err.message}` : err.message);
+  } finally {
+    setRunning(false);
+    await loadSession(sessionId, { keepSelection: true });
+  }
+}

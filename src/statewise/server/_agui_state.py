@@ -1,0 +1,223 @@
+"""AG-UI state sync: the frontend's edits merged as a writer, snapshot, deltas from ops.
+
+**What the frontend last saw.** Every AG-UI run ends by recording, in the session's
+event log, the state versions the frontend was brought to (an `agui_synced` event). The
+next run's `state` is compared with the state at exactly those versions: what differs
+is what the frontend changed, replayed as small ops (a new list item is an append, a
+changed field a set of that field) and committed *based on those versions*, so the
+commit rebases over whatever the agent and other writers committed meanwhile under the
+usual rules, with conflicts recorded. A frontend's copy never overwrites the agent's
+writes. Kept on the server (not in the state the frontend holds), so the frontend's state
+is exactly the session's state.
+
+A thread with no recorded sync (a frontend new to the session) contributes only the keys
+the session lacks; an empty `state` means "no edits".
+
+**Deltas.** After the snapshot, each commit point reads the ops stored since the versions
+last sent (the run's own and any other writer's) and turns them into JSON Patch with a
+`PatchMirror`; it never diffs whole states.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from statewise.db.records import Commit, NewEvent, ScopeKey, SessionRecord
+from statewise.db.store import TTL_KEY, SessionSpec, WorkingState, scope_of
+from statewise.server._auth import Principal
+from statewise.server._errors import Problem
+from statewise.server._registry import Served
+from statewise.state.edits import fill_missing, replay_edits
+from statewise.state.jsonpatch import REDACTED, PatchMirror
+from statewise.state.ops import Op
+from statewise.state.secrets import is_encrypted
+from statewise.state.tracked import Recorder, track
+
+SYNC_EVENT = "agui_synced"
+_RESERVED = re.compile(r"^__.*__$")
+_PREFIX = {"session": "", "user": "user:", "app": "app:"}
+
+
+def hidden(key: str) -> bool:
+    """Keys a frontend never sees: TTL bookkeeping and run-only `temp:` keys."""
+    return key == TTL_KEY or key.startswith("temp:")
+
+
+def _versions_json(versions: Mapping[ScopeKey, int]) -> dict[str, int]:
+    return {key.kind: version for key, version in versions.items()}
+
+
+class StateSync:
+    """One AG-UI request's view of a session's state."""
+
+    def __init__(self, served: Served, spec: SessionSpec, record: SessionRecord | None) -> None:
+        self.served = served
+        self.store = served.store
+        self.db = served.db
+        self.spec = spec
+        self.record = record
+        self.keys = spec.scope_keys()
+        self.mirror: PatchMirror | None = None
+        self.sent: dict[ScopeKey, int] = {}
+
+    # ---- the frontend's edits ------------------------------------------------------------
+
+    def last_synced(self) -> tuple[dict[ScopeKey, int], int] | None:
+        """The versions the frontend of this thread was last brought to, and how many
+        messages the thread had then."""
+        if self.record is None:
+            return None
+        events = self.db.read_events(self.spec.session_id, types=[SYNC_EVENT], limit=1)
+        if not events:
+            return None
+        data = events[-1].data
+        raw = data.get("versions") or {}
+        versions = {key: int(raw.get(key.kind, 0)) for key in self.keys}
+        return versions, int(data.get("messages", 0))
+
+    def merge_client_state(
+        self, state: Any, principal: Principal, synced: dict[ScopeKey, int] | None
+    ) -> list[dict[str, Any]]:
+        """Commit what the frontend changed in `state`; returns the conflicts recorded."""
+        if state is None or state == {}:
+            return []
+        if not isinstance(state, dict):
+            raise Problem(422, f"state must be a JSON object, got {type(state).__name__}")
+        for key in state:
+            if _RESERVED.match(key):
+                raise Problem(422, f"state key {key!r} is reserved and cannot be written")
+            if key.startswith("temp:"):
+                raise Problem(
+                    422,
+                    f"state key {key!r}: temp: keys live for one run and are never sent to "
+                    "a frontend; pass per-run values in forwardedProps",
+                )
+        if self.record is None:
+            return []  # a new session: the run starts from this state (see the route)
+        base_versions = synced or self.db.probe(self.spec.session_id, self.keys)[1]
+        working = self._working_at(base_versions)
+        base_view = {
+            key: REDACTED if key in self.served.secret_keys else value
+            for key, value in working.root.items()
+            if not hidden(key)
+        }
+        base_view = {k: _plain(v) for k, v in base_view.items()}
+        if synced is None:
+            fill_missing(working.root, state)
+        else:
+            replay_edits(
+                working.root,
+                base_view,
+                state,
+                unchanged=lambda key, value: key in self.served.secret_keys and value == REDACTED,
+            )
+        ops = working.recorder.ops
+        if not ops:
+            return []
+        shared = sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"})
+        if shared and not principal.admin:
+            raise Problem(
+                403,
+                f"the app: scope is shared by every user; only an admin key can change "
+                f"{', '.join(shared)}",
+            )
+        committed = self.store.commit(
+            working,
+            events=[
+                NewEvent(
+                    type="api_call",
+                    data={"call": "agui:state", "base_versions": _versions_json(base_versions)},
+                )
+            ],
+            source="agui:frontend_state",
+        )
+        return committed.conflicts
+
+    def _working_at(self, versions: Mapping[ScopeKey, int]) -> WorkingState:
+        """The session's state as it was at `versions`, checked out for a commit based
+        on them (which rebases onto whatever was committed since)."""
+        data: dict[str, Any] = {}
+        for key in self.keys:
+            prefix = _PREFIX[key.kind]
+            for name, value in self.store.scope_at(key, versions.get(key, 0)).items():
+                full = prefix + name
+                if full in self.store.secret_keys and is_encrypted(value):
+                    value = self.store.cipher.decrypt_value(value)
+                data[full] = value
+        recorder = Recorder()
+        working = WorkingState(
+            spec=self.spec,
+            record=self.record,
+            versions=dict(versions),
+            root=track(data, recorder),
+            recorder=recorder,
+        )
+        working.clean = recorder.savepoint()
+        return working
+
+    # ---- snapshot and deltas ---------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state now (secrets redacted); deltas are relative to it from here on."""
+        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        state = self.store.state_at(self.spec, versions)
+        self.mirror = PatchMirror(state, secret_keys=self.served.secret_keys, hidden=hidden)
+        self.sent = dict(versions)
+        return self.mirror.snapshot()
+
+    def catch_up(self) -> list[dict[str, Any]] | dict[str, Any]:
+        """The JSON Patch from the versions last sent to the latest ones, made from the
+        stored ops; a snapshot (a dict) if the ops do not fit the frontend's copy."""
+        assert self.mirror is not None
+        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        ops: list[Op] = []
+        for key in self.keys:
+            if versions[key] == self.sent.get(key, 0):
+                continue
+            prefix = _PREFIX[key.kind]
+            for delta in self.db.read_deltas(
+                key, after_version=self.sent.get(key, 0), upto_version=versions[key]
+            ):
+                for raw in delta.ops:
+                    op = Op.from_json(raw)
+                    if prefix:
+                        op = Op(
+                            op=op.op,
+                            path=(prefix + str(op.path[0]), *op.path[1:]),
+                            value=op.value,
+                            index=op.index,
+                        )
+                    ops.append(op)
+        self.sent = dict(versions)
+        if not ops:
+            return []
+        try:
+            return self.mirror.apply(ops)
+        except Exception:
+            return self.snapshot()
+
+    def record_sync(self, run_id: str, messages: int) -> None:
+        """Remember the versions this thread's frontend now has (see the module doc)."""
+        _record, _versions = self.db.probe(self.spec.session_id, [])
+        if _record is None:
+            return
+        self.db.commit(
+            Commit(
+                session=_record,
+                events=[
+                    NewEvent(
+                        type=SYNC_EVENT,
+                        run_id=run_id,
+                        data={"versions": _versions_json(self.sent), "messages": messages},
+                    )
+                ],
+            )
+        )
+
+
+def _plain(value: Any) -> Any:
+    from statewise.state.tracked import to_plain
+
+    return to_plain(value)

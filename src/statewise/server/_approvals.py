@@ -1,0 +1,99 @@
+"""Paused runs over HTTP: list the ones waiting for a person, continue one.
+
+`GET /v1/sessions/{id}/paused-runs` lists a session's paused runs with their pending tool
+calls; `POST /v1/sessions/{id}/runs/{run_id}/continue` answers them (approve, reject with
+a reason the model sees, edit the arguments) and runs on. A paused run is continued once:
+a second continue answers 409. Another user's session answers 404, as if absent.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi import Path as PathParam
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from statewise.db.base import validate_id
+from statewise.run.resume import paused_runs
+from statewise.server._auth import Principal
+from statewise.server._deps import get_principal, get_registry
+from statewise.server._errors import Problem
+from statewise.server._registry import Registry, Served
+from statewise.server._serialize import jsonable, output_json
+from statewise.server._sessions import _session
+
+router = APIRouter(tags=["sessions"])
+
+SessionId = Annotated[str, PathParam(min_length=1, max_length=256)]
+RunId = Annotated[str, PathParam(min_length=1, max_length=256)]
+Reg = Annotated[Registry, Depends(get_registry)]
+Who = Annotated[Principal, Depends(get_principal)]
+
+
+class ApprovalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    approved: bool = Field(default=True, description="Run the call (true) or reject it")
+    reason: str | None = Field(
+        default=None, max_length=2000, description="Why it was rejected; the model sees it"
+    )
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="Run the call with these arguments instead"
+    )
+    result: str | None = Field(
+        default=None, max_length=100_000, description="The result of a client-side tool"
+    )
+
+
+class ContinueBody(BaseModel):
+    """Answers to a paused run's pending tool calls, by tool call id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approvals: dict[str, ApprovalBody] = Field(
+        description="Every pending tool call's answer, by its tool_call_id"
+    )
+
+
+def _pausable(served: Served) -> Any:
+    if not hasattr(served.obj, "acontinue_run"):
+        raise Problem(
+            409,
+            f"{served.kind}/{served.name} does not pause its runs; only agents and teams do",
+            title="Run is not paused",
+        )
+    return served.obj
+
+
+@router.get(
+    "/v1/sessions/{session_id}/paused-runs",
+    summary="The session's runs waiting for approval, with their pending tool calls",
+)
+def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> dict[str, Any]:
+    _record, served = _session(registry, principal, session_id)
+    runs = paused_runs(served.db, session_id)
+    return {"session_id": session_id, "runs": jsonable([r.to_dict() for r in runs])}
+
+
+@router.post(
+    "/v1/sessions/{session_id}/runs/{run_id}/continue",
+    summary="Approve, reject or edit a paused run's tool calls and continue it",
+    responses={
+        404: {"description": "No such session or run (or another user's)"},
+        409: {"description": "The run is not paused (already continued, or never paused)"},
+        422: {"description": "Approvals that do not answer every pending tool call"},
+    },
+)
+async def continue_run(
+    session_id: SessionId, run_id: RunId, body: ContinueBody, registry: Reg, principal: Who
+) -> JSONResponse:
+    _record, served = await run_in_threadpool(_session, registry, principal, session_id)
+    validate_id(run_id, "run_id")
+    obj = _pausable(served)
+    approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}
+    output = await obj.acontinue_run(run_id, session_id=session_id, approvals=approvals)
+    data = await run_in_threadpool(output_json, output, served.secret_keys)
+    return JSONResponse(data)

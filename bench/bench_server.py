@@ -1,20 +1,31 @@
-"""Runs per second through the HTTP API: 16 concurrent clients, SQLite and PostgreSQL.
+"""The HTTP API under load, against the same agent run in-process, on every backend.
 
-    python bench/bench_server.py [--seconds 5] [--clients 16] [--pg URL]
+    python bench/bench_server.py [--seconds 5] [--clients 16] [--rounds 2]
+                                 [--pg URL] [--redis URL]
 
 The server runs in its own process (uvicorn, one worker) with an offline agent whose every
 run calls one tool that appends to state, so each run makes its three commits (run start,
-the tool step, run end). Two loads: every client on its own session, and all clients on
-one shared session (every commit races the others and is rebased). PostgreSQL is measured
-when `statewise.db.postgres` exists and the server answers; otherwise the row says why not.
+the tool step, run end). For each backend (SQLite; PostgreSQL and Redis when their
+servers answer, each in its own schema / key prefix, removed afterwards) and in rounds
+that alternate, one invocation measures:
+
+* in-process runs/s: the same agent on the same database, driven from this process, both
+  as 16 concurrent `arun` tasks on one event loop and as one sync `run` loop (the better
+  of the two is the reference);
+* HTTP runs/s: 16 clients, each on its own session, and the p99 of a
+  `GET /v1/sessions/{id}/state` made by a 17th client every 20 ms during that load;
+* the same HTTP load on one shared session (every commit races the others), with a
+  lost-update check.
+
+Goals: HTTP runs/s >= 50% of in-process, and the state GET's p99 <= 20 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -28,12 +39,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def build_app(db_url: str) -> Any:
+def build_agent(db_url: str) -> Any:
     from statewise import Agent
     from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
-    from statewise.server import create_app
 
     def add_item(session_state: dict[str, Any], item: str) -> str:
         """Add an item.
@@ -49,14 +60,19 @@ def build_app(db_url: str) -> Any:
             return ModelResponse(content="done")
         return ModelResponse(tool_calls=[ToolCall("add_item", {"item": "x"}, "c1")])
 
-    agent = Agent(
+    return Agent(
         name="bench",
         model=FunctionModel(model, id="bench"),
         db=db_url,
         session_state={"items": []},
         tools=[add_item],
     )
-    return create_app([agent])
+
+
+def build_app(db_url: str) -> Any:
+    from statewise.server import create_app
+
+    return create_app([build_agent(db_url)])
 
 
 def serve(db_url: str, port: int) -> None:
@@ -132,8 +148,21 @@ async def load(url: str, clients: int, seconds: float, shared: bool, tag: str) -
                 else:
                     errors += 1
 
+    state_gets: list[float] = []
+
+    async def prober() -> None:
+        """A reader polling one session's state while the writers run."""
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            session_id = f"{tag}-shared" if shared else f"{tag}-0"
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                r = await http.get(f"/v1/sessions/{session_id}/state")
+                if r.status_code in (200, 404):
+                    state_gets.append(time.perf_counter() - started)
+                await asyncio.sleep(0.02)
+
     began = time.perf_counter()
-    await asyncio.gather(*(client(n) for n in range(clients)))
+    await asyncio.gather(prober(), *(client(n) for n in range(clients)))
     elapsed = time.perf_counter() - began
     # No lost update: every completed run appended one item.
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -151,14 +180,96 @@ async def load(url: str, clients: int, seconds: float, shared: bool, tag: str) -
         "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000 if lat else float("nan"),
         "errors": errors,
         "lost": len(lat) - items,
+        "get_p99": percentile(state_gets, 0.99) * 1000,
     }
 
 
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+def in_process(db_url: str, clients: int, seconds: float, tag: str) -> float:
+    """Runs/s of the server's agent driven from this process: the better of `clients`
+    concurrent `arun` tasks on one loop and one sync `run` loop."""
+    agent = build_agent(db_url)
+    try:
+        runs = 0
+
+        async def worker(n: int, stop_at: float) -> None:
+            nonlocal runs
+            while time.perf_counter() < stop_at:
+                await agent.arun("add x", session_id=f"{tag}-a{n}")
+                runs += 1
+
+        async def concurrent() -> float:
+            began = time.perf_counter()
+            await asyncio.gather(*(worker(n, began + seconds) for n in range(clients)))
+            return runs / (time.perf_counter() - began)
+
+        async_rps = asyncio.run(concurrent())
+        began, done = time.perf_counter(), 0
+        while time.perf_counter() - began < seconds:
+            agent.run("add x", session_id=f"{tag}-sync")
+            done += 1
+        return max(async_rps, done / (time.perf_counter() - began))
+    finally:
+        agent.db.close()
+
+
+class Cleanup:
+    """Removes this invocation's PostgreSQL schema or Redis keys (never anything else)."""
+
+    def __init__(self, kind: str, url: str, name: str) -> None:
+        self.kind, self.url, self.name = kind, url, name
+
+    def close(self) -> None:
+        if self.kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
+        else:
+            import redis
+
+            client = redis.Redis.from_url(self.url)
+            try:
+                keys = list(client.scan_iter(match="{" + self.name + "}*", count=1000))
+                for i in range(0, len(keys), 500):
+                    client.delete(*keys[i : i + 500])
+            finally:
+                client.close()
+
+
+def backends(args: argparse.Namespace, tmp: str) -> tuple[list[tuple[str, str, Any]], list[str]]:
+    """(name, URL, cleanup) for each backend that can run here, and notes on the rest."""
+    found: list[tuple[str, str, Any]] = [("SQLite", f"sqlite:///{tmp}/bench.db", None)]
+    notes = []
+    suffix = secrets.token_hex(4)
+    if not reachable("127.0.0.1", 5432):
+        notes.append("PostgreSQL skipped: no server at 127.0.0.1:5432")
+    else:
+        schema = f"bench_{suffix}"
+        found.append(
+            ("PostgreSQL", f"{args.pg}?schema={schema}", Cleanup("postgres", args.pg, schema))
+        )
+    if not reachable("127.0.0.1", 6379):
+        notes.append("Redis skipped: no server at 127.0.0.1:6379")
+    else:
+        prefix = f"bench-{suffix}"
+        found.append(
+            ("Redis", f"{args.redis}?prefix={prefix}", Cleanup("redis", args.redis, prefix))
+        )
+    return found, notes
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default=os.environ.get("STATEWISE_BENCH_PG", PG_URL))
+    parser.add_argument("--redis", default=os.environ.get("STATEWISE_BENCH_REDIS", REDIS_URL))
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,41 +277,56 @@ def main() -> None:
         serve(args.serve, args.port)
         return
 
-    rows: list[tuple[str, str, dict[str, Any] | str]] = []
-    notes: list[tuple[str, str, dict[str, Any] | str]] = []
+    rows: list[tuple[str, float, dict[str, Any], dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        backends = [("SQLite", f"sqlite:///{tmp}/bench.db")]
-        if importlib.util.find_spec("statewise.db.postgres") is None:
-            notes.append(("PostgreSQL", "-", "skipped: statewise.db.postgres is not merged yet"))
-        elif not reachable("127.0.0.1", 5432):
-            notes.append(("PostgreSQL", "-", "skipped: no server at 127.0.0.1:5432"))
-        else:
-            backends.append(("PostgreSQL", args.pg))
-        for name, url in backends:
+        found, notes = backends(args, tmp)
+        for name, url, cleanup in found:
             server = Server(url)
             try:
                 tag = f"b{int(time.time())}"
                 asyncio.run(load(server.url, args.clients, 1.0, False, tag + "w"))  # warm up
-                for shared in (False, True):
-                    result = asyncio.run(load(server.url, args.clients, args.seconds, shared, tag))
-                    label = "1 shared session" if shared else f"{args.clients} sessions"
-                    rows.append((name, label, result))
+                local, http, shared = [], [], []
+                for r in range(args.rounds):
+                    local.append(in_process(url, args.clients, args.seconds, f"{tag}-{r}"))
+                    http.append(
+                        asyncio.run(
+                            load(server.url, args.clients, args.seconds, False, f"{tag}-{r}")
+                        )
+                    )
+                shared.append(
+                    asyncio.run(load(server.url, args.clients, args.seconds, True, f"{tag}-s"))
+                )
+                rows.append((name, statistics.median(local), _median_row(http), shared[0]))
             finally:
                 server.stop()
+                if cleanup is not None:
+                    cleanup.close()
 
-    print(f"\nstatewise HTTP API: {args.clients} concurrent clients, {args.seconds:g}s per row,")
+    print(f"\nstatewise HTTP API vs in-process: {args.clients} concurrent clients, ")
+    print(f"{args.seconds:g}s per measure, {args.rounds} alternating rounds (medians);")
     print("each run = 1 model step with 1 tool call writing state (3 commits)\n")
-    head = f"{'backend':<11} {'load':<17} {'runs':>6} {'runs/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'lost':>5}"
+    head = (
+        f"{'backend':<11} {'in-proc r/s':>11} {'HTTP r/s':>9} {'HTTP/in':>8} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'GET p99':>8} {'shared r/s':>10} {'errors':>6} {'lost':>5}"
+    )
     print(head)
     print("-" * len(head))
-    for name, label, result in rows + notes:
-        if isinstance(result, str):
-            print(f"{name:<11} {result}")
-            continue
+    for name, local_rps, http_row, shared_row in rows:
         print(
-            f"{name:<11} {label:<17} {result['runs']:>6} {result['rps']:>8.1f} "
-            f"{result['p50']:>8.1f} {result['p99']:>8.1f} {result['errors']:>6} {result['lost']:>5}"
+            f"{name:<11} {local_rps:>11.1f} {http_row['rps']:>9.1f} "
+            f"{http_row['rps'] / local_rps * 100:>7.0f}% {http_row['p50']:>7.1f} "
+            f"{http_row['p99']:>7.1f} {http_row['get_p99']:>8.1f} {shared_row['rps']:>10.1f} "
+            f"{http_row['errors'] + shared_row['errors']:>6} "
+            f"{http_row['lost'] + shared_row['lost']:>5}"
         )
+    for note in notes:
+        print(note)
+    print("\ngoals: HTTP r/s >= 50% of in-process; GET p99 (state read during the load) <= 20 ms")
+
+
+def _median_row(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per field, the median over rounds."""
+    return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
 if __name__ == "__main__":

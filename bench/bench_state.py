@@ -8,19 +8,24 @@ default durability (WAL, synchronous=FULL), driven by an offline model. Measured
 
 * the floor: the bare SQLite commits such a run needs (the same number of
   `BEGIN IMMEDIATE; INSERT; UPDATE ... WHERE version=?; COMMIT` on the same pragmas);
-* ms per run at run #1 (a new session), #10, #1000 and #10,000 of one session;
-* a run on a session already holding 100,000 items (~10 MB) against an empty one;
+* building an agent with one tool (time, and tracemalloc's peak), and an in-memory run;
+* ms per run at run #1 (a new session), #10, #91-100, #491-500, and #10,000 of one session;
+  runs 91-100 and 491-500 are timed between two chunks of the floor, in one invocation;
+* a run on a session holding 100,000 items (~10 MB) against one holding 100, in steady
+  state and for each of the first 5 runs after the big write;
 * database bytes written per run, against the size of the change.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sqlite3
 import statistics
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +126,31 @@ class BareCommits:
             self.version += 1
 
 
+def construction(db: SqliteDb, n: int) -> tuple[float, int]:
+    """µs to build an agent with one tool on an open database (as a server would per
+    request), and the tracemalloc peak of building one."""
+    model_ = FunctionModel(model)
+
+    def build() -> Agent:
+        return Agent(model=model_, tools=[add], db=db, session_state={"items": []})
+
+    build()
+    us = timed(build, n) * 1000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        build()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return us, peak
+
+
+def advance(agent: Agent, session_id: str, runs: int) -> None:
+    for _ in range(runs):
+        agent.run("go", session_id=session_id)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts")
@@ -129,8 +159,9 @@ def main() -> None:
     big_items = 10_000 if args.quick else 100_000
     chunk, rounds = (10, 8) if args.quick else (20, 15)
     work = Path(tempfile.mkdtemp(prefix="statewise-bench-"))
-    console = Console()
+    console = Console(width=150)
     agent = make_agent(work / "bench.db")
+    memory_agent = Agent(model=FunctionModel(model), tools=[add], session_state={"items": []})
 
     # Prepare: a session at run #N, and one holding many items.
     for _ in range(long_runs - chunk * rounds // 2):
@@ -141,7 +172,9 @@ def main() -> None:
     agent.state.for_session("big").set("items", big)
     state_bytes = len(json.dumps({"items": big}))
     agent.run("go", session_id="big")
-    agent.run("go", session_id="empty")
+    agent.state.for_session("hundred").set("items", big[:100])
+    agent.run("go", session_id="hundred")
+    memory_agent.run("go", session_id="memory")
     bare = BareCommits(work / "floor.db", commits)
     young = iter(range(10**9))
 
@@ -158,11 +191,39 @@ def main() -> None:
             "new": lambda: timed(lambda: agent.run("go", session_id=f"new-{next(new)}"), chunk),
             "young": young_session,
             "long": lambda: timed(lambda: agent.run("go", session_id="long"), chunk),
-            "empty": lambda: timed(lambda: agent.run("go", session_id="empty"), chunk),
+            "hundred": lambda: timed(lambda: agent.run("go", session_id="hundred"), chunk),
             "big": lambda: timed(lambda: agent.run("go", session_id="big"), chunk),
+            "memory": lambda: timed(lambda: memory_agent.run("go", session_id="memory"), chunk),
         },
         rounds,
     )
+    construct_us, construct_peak = construction(agent.db, 2_000 if args.quick else 10_000)  # type: ignore[arg-type]
+
+    # Runs 91-100 and 491-500 of fresh sessions, each chunk between two chunks of the floor.
+    runs_at: dict[int, list[float]] = {100: [], 500: []}
+    floors: list[float] = []
+    for r in range(2 if args.quick else 3):
+        session_id = f"hundreds-{r}"
+        done = 0
+        for upto in (100, 500):
+            advance(agent, session_id, upto - 10 - done)
+            floors.append(timed(bare.run, 10))
+            runs_at[upto].append(timed(lambda sid=session_id: agent.run("go", session_id=sid), 10))  # type: ignore[misc]
+            floors.append(timed(bare.run, 10))
+            done = upto
+    floor_at = statistics.median(floors)
+
+    # The first 5 runs after writing ~10 MB, each against the 100-item run next to it.
+    first: list[list[float]] = [[] for _ in range(5)]
+    for r in range(2 if args.quick else 3):
+        session_id = f"fresh-big-{r}"
+        agent.state.for_session(session_id).set("items", big)
+        for i in range(5):
+            small = timed(lambda: agent.run("go", session_id="hundred"), 3)
+            first[i].append(
+                timed(lambda sid=session_id: agent.run("go", session_id=sid), 1) / small
+            )  # type: ignore[misc]
+    first_ratios = [statistics.median(values) for values in first]
 
     # Growth: bytes the database grows by per run on the big session.
     growth_db = work / "growth.db"
@@ -177,6 +238,9 @@ def main() -> None:
 
     f = ms["floor"]
     rows = [
+        ("construct an agent with one tool", f"{construct_us:.1f} µs", ""),
+        ("  tracemalloc peak of one construction", f"{construct_peak / 1024:.1f} KiB", ""),
+        ("in-memory run (no database)", f"{ms['memory']:.3f} ms", ""),
         ("commits per one-tool-call run", f"{commits}", ""),
         ("floor: the bare SQLite commits of a run", f"{f:.3f} ms", "1.00x"),
         ("run #1 (new session)", f"{ms['new']:.3f} ms", f"{ms['new'] / f:.2f}x floor"),
@@ -186,15 +250,30 @@ def main() -> None:
             f"{ms['young'] / f:.2f}x floor (target <= 3x)",
         ),
         (
+            "runs 91-100 of a session",
+            f"{statistics.median(runs_at[100]):.3f} ms",
+            f"{statistics.median(runs_at[100]) / floor_at:.2f}x floor (target <= 1.25x)",
+        ),
+        (
+            "runs 491-500 of a session",
+            f"{statistics.median(runs_at[500]):.3f} ms",
+            f"{statistics.median(runs_at[500]) / floor_at:.2f}x floor (target <= 1.25x)",
+        ),
+        (
             f"run #{long_runs:,} of a session",
             f"{ms['long']:.3f} ms",
             f"{ms['long'] / ms['young']:.2f}x run #10 (target <= 1.2x)",
         ),
-        ("run on an empty state", f"{ms['empty']:.3f} ms", ""),
+        ("run with 100 items in state", f"{ms['hundred']:.3f} ms", ""),
         (
             f"run with {big_items:,} items ({state_bytes / 1e6:.1f} MB) in state",
             f"{ms['big']:.3f} ms",
-            f"{ms['big'] / ms['empty']:.2f}x empty (target <= 2x)",
+            f"{ms['big'] / ms['hundred']:.2f}x 100 items (target <= 1.5x)",
+        ),
+        (
+            "  each of the first 5 runs after writing it",
+            ", ".join(f"{r:.2f}x" for r in first_ratios),
+            f"worst {max(first_ratios):.2f}x 100 items (target <= 1.5x)",
         ),
         (
             "database growth per run (big state)",

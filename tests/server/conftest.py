@@ -18,6 +18,7 @@ from statewise import Agent
 from statewise.db import SqliteDb
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.server import create_app
+from tests.server._statuses import maybe_record
 
 ALICE, BOB, ADMIN = "alice-key-0001", "bob-key-00002", "admin-key-0003"
 
@@ -38,7 +39,7 @@ def start_server(app: Any) -> LiveServer:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none")
+    config = uvicorn.Config(maybe_record(app), log_level="warning", lifespan="off", ws="none")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

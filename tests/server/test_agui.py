@@ -370,3 +370,28 @@ def test_team_members_are_step_events(make_live: Callable[..., LiveServer], tmp_
             ("STEP_FINISHED", "member:helper"),
         ]
         assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["result"] == "team done"
+
+
+def test_two_frontends_on_one_thread_with_their_versions(live: LiveServer) -> None:
+    """A frontend that sends back the versions its copy is at (RUN_FINISHED metadata) is
+    merged from exactly there, even when another frontend moved the thread meanwhile."""
+    with live.client() as client:
+        first = Frontend(client, "two")
+        events = first.run("add a")
+        versions = events[-1]["metadata"]["statewise"]["versions"]
+        second = Frontend(client, "two")
+        second.run("add b")  # the thread moves on; `first` has not seen it
+        first.state["note"] = "from the first tab"
+        first.run("hi", forwardedProps={"statewise": {"versions": versions}})
+        stored = stored_state(client, "two")
+        assert stored["items"] == ["a", "b"] and stored["note"] == "from the first tab"
+        assert first.state == stored
+        bad = run_input("two", "hi", forwardedProps={"statewise": {"versions": {"session": -1}}})
+        assert_problem(client.post(URL, json=bad), 422, "versions")
+        future = run_input(
+            "two",
+            "hi",
+            state={"x": 1},
+            forwardedProps={"statewise": {"versions": {"session": 10**6}}},
+        )
+        assert_problem(client.post(URL, json=future), 422, "newer")

@@ -1,5 +1,6 @@
 """Schemathesis against the OpenAPI schema, over real HTTP: whatever a client sends, the
-server answers with a 4xx problem, never a 500."""
+server answers with a 4xx problem, never a 500, and every answer (status, content type,
+headers, body) is one the schema declares for that route."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ if os.environ.get("CI", "").lower() != "true":
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from statewise.db import InMemoryDb
 from statewise.server import create_app
@@ -52,3 +60,13 @@ def test_no_server_errors(case: Any, fuzz_server: tuple[LiveServer, Any]) -> Non
     if response.status_code >= 400:
         assert response.headers["content-type"][0].startswith("application/problem+json")
         assert response.json()["detail"]
+    case.validate_response(
+        response,
+        checks=[
+            not_a_server_error,
+            status_code_conformance,
+            content_type_conformance,
+            response_headers_conformance,
+            response_schema_conformance,
+        ],
+    )

@@ -418,3 +418,68 @@ def test_from_callable_of_a_function_returns_it_or_a_renamed_copy() -> None:
     renamed = Function.from_callable(fn, name="add")
     assert (renamed.name, fn.name) == ("add", "add_item")
     assert renamed.parameters is fn.parameters
+
+
+# -- lazy schemas, cached per function ----------------------------------------------------
+
+
+def test_lazy_function_defers_type_problems_until_the_schema_is_needed() -> None:
+    def f(x: Missing) -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    fn = Function.from_callable(f, lazy=True)  # the eager form raises here (test above)
+    assert fn.name == "f"
+    with pytest.raises(ConfigurationError, match=r"tool 'f'.*parameter 'x'.*Missing"):
+        fn.definition()
+    with pytest.raises(ConfigurationError, match=r"tool 'f'.*parameter 'x'.*Missing"):
+        fn.validate_arguments({"x": 1})
+
+
+def test_lazy_function_still_refuses_what_a_model_cannot_call_at_once() -> None:
+    ns: dict[str, Any] = {}
+    exec("def f(*xs): pass", ns)
+    with pytest.raises(ConfigurationError, match=r"\*args"):
+        Function.from_callable(ns["f"], lazy=True)
+    with pytest.raises(ConfigurationError, match="'<lambda>'"):
+        Function.from_callable(lambda: None, lazy=True)
+
+
+def test_schema_is_built_once_per_function_object() -> None:
+    def f(x: int, y: str = "a") -> None:
+        """Doc."""
+
+    first = Function.from_callable(f, lazy=True)
+    second = Function.from_callable(f, lazy=True)
+    assert first is not second
+    assert first.parameters is second.parameters  # one schema, shared
+    renamed = Function.from_callable(f, name="g", description="Other.")
+    assert renamed.parameters is first.parameters
+    assert (renamed.name, renamed.description, first.description) == ("g", "Other.", "Doc.")
+
+
+def test_bound_methods_of_different_instances_share_one_schema_and_keep_their_self() -> None:
+    class Tools:
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        def lookup(self, key: str) -> str:
+            """Look a key up."""
+            return self.tag + key
+
+    a = Function.from_callable(Tools("a").lookup, lazy=True)
+    b = Function.from_callable(Tools("b").lookup, lazy=True)
+    assert a.parameters is b.parameters
+    assert list(props(a)) == ["key"]
+    assert (a.invoke({"key": "k"}, {}), b.invoke({"key": "k"}, {})) == ("ak", "bk")
+
+
+def test_an_agent_builds_its_tool_schemas_at_the_first_run_not_at_construction() -> None:
+    from statewise import Agent
+    from statewise.models import TestModel
+
+    def f(x: Missing) -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    agent = Agent(model=TestModel(), tools=[f])  # built per request: no schema work here
+    with pytest.raises(ConfigurationError, match=r"tool 'f'.*parameter 'x'.*Missing"):
+        agent.run("go")

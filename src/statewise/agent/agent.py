@@ -32,6 +32,8 @@ from statewise.tools import normalize_tools
 from statewise.tools.function import Function
 
 Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
+_NO_CALLBACKS = Callbacks()
+_NO_CALLBACK_ARGS = (None,) * 6
 
 
 class Agent(SessionOwner):
@@ -108,14 +110,24 @@ class Agent(SessionOwner):
         self.max_steps = max_steps
         self.debug_mode = debug_mode
         self.strict_templates = strict_templates
-        self.callbacks = Callbacks(
-            before_agent=as_callbacks(before_agent_callback, "before_agent_callback"),
-            after_agent=as_callbacks(after_agent_callback, "after_agent_callback"),
-            before_model=as_callbacks(before_model_callback, "before_model_callback"),
-            after_model=as_callbacks(after_model_callback, "after_model_callback"),
-            before_tool=as_callbacks(before_tool_callback, "before_tool_callback"),
-            after_tool=as_callbacks(after_tool_callback, "after_tool_callback"),
+        given = (
+            before_agent_callback,
+            after_agent_callback,
+            before_model_callback,
+            after_model_callback,
+            before_tool_callback,
+            after_tool_callback,
         )
+        self.callbacks = _NO_CALLBACKS
+        if given != _NO_CALLBACK_ARGS:
+            self.callbacks = Callbacks(
+                before_agent=as_callbacks(before_agent_callback, "before_agent_callback"),
+                after_agent=as_callbacks(after_agent_callback, "after_agent_callback"),
+                before_model=as_callbacks(before_model_callback, "before_model_callback"),
+                after_model=as_callbacks(after_model_callback, "after_model_callback"),
+                before_tool=as_callbacks(before_tool_callback, "before_tool_callback"),
+                after_tool=as_callbacks(after_tool_callback, "after_tool_callback"),
+            )
         functions = normalize_tools(self.tools)
         if enable_agentic_state:
             functions.append(agentic_state_tool())

@@ -112,6 +112,14 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    public_docs: Annotated[
+        bool,
+        typer.Option(
+            "--public-docs",
+            help="Serve /openapi.json, /docs and /redoc without an API key (they need one "
+            "by default when API keys are configured).",
+        ),
+    ] = False,
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
     /docs. API keys come from STATEWISE_API_KEYS="key=user,..." and STATEWISE_ADMIN_KEYS;
@@ -141,7 +149,7 @@ def serve(
         objects = load_target(target)
         if db:
             _use_db(objects, db)
-        app = create_app(objects)
+        app = create_app(objects, public_docs=public_docs)
         sock = _bind(host, port)
     except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)

@@ -31,7 +31,7 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
     I/O, so a value that is not JSON fails without touching the database."""
     session = commit.session
     writes = commit.writes
-    snapshots = [_codec.dumps(w.snapshot) if w.snapshot is not None else None for w in writes]
+    snapshots = [w.snapshot_text for w in writes]
     run = commit.run
     params: tuple[Any, ...] = (
         session.session_id,
@@ -46,7 +46,7 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
         [w.key.kind for w in writes],
         [w.key.id for w in writes],
         [w.base_version for w in writes],
-        [_codec.dumps([seg.to_dict() for seg in w.segments]) for w in writes],
+        [w.segments_text for w in writes],
         [_codec.dumps(w.conflicts) if w.conflicts else None for w in writes],
         snapshots,
         [w.delta_bytes for w in writes],

@@ -8,6 +8,7 @@ not at its first call. Everything that can be written once on top of the primiti
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 from abc import ABC, abstractmethod
@@ -29,6 +30,29 @@ from statewise.exceptions import CorruptRecordError, InvalidIdError
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+_PRIVATE_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "statewise_private_loop", default=False
+)
+
+
+def mark_private_loop() -> contextvars.Token[bool]:
+    """Declare that the running code owns its event loop: a sync call (`agent.run`) drives
+    a loop nobody else shares. Blocking I/O and sync tools then run inline, since there is
+    no one to block and a thread hop would only add latency. Undo with `unmark_private_loop`.
+    """
+    return _PRIVATE_LOOP.set(True)
+
+
+def unmark_private_loop(token: contextvars.Token[bool]) -> None:
+    _PRIVATE_LOOP.reset(token)
+
+
+def on_private_loop() -> bool:
+    """True inside a sync call's own loop; False on a shared loop (a server, user code
+    calling `arun`), where anything that blocks must leave the loop's thread."""
+    return _PRIVATE_LOOP.get()
+
 
 MAX_ID_LENGTH = 256
 _ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]+$")
@@ -212,9 +236,13 @@ class BaseDb(ABC):
     # ---- async: one override point instead of an async twin of every method -------------
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """How async callers reach a sync primitive. Network backends keep the event loop
-        free by running it in a thread; local backends (SQLite, memory) override this to
-        call inline, since a thread hop costs more than their I/O."""
+        """How async callers reach a sync primitive (a commit with its retries, a load).
+
+        On a shared event loop it runs in a worker thread, so the loop never waits on I/O,
+        a lock, a busy timeout or a retry's backoff; on a sync call's private loop it runs
+        inline (see `on_private_loop`). SQLite overrides this with its own single thread."""
+        if on_private_loop():
+            return fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def aprobe(

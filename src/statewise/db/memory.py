@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -57,9 +57,6 @@ class InMemoryDb(BaseDb):
 
     def __repr__(self) -> str:
         return "InMemoryDb()"
-
-    async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return fn(*args, **kwargs)
 
     def close(self) -> None:
         pass
@@ -121,9 +118,9 @@ class InMemoryDb(BaseDb):
             encoded_writes = [
                 (
                     write,
-                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    write.segments_text,
                     _codec.dumps(write.conflicts) if write.conflicts else None,
-                    _codec.dumps(write.snapshot) if write.snapshot is not None else None,
+                    write.snapshot_text,
                 )
                 for write in commit.writes
             ]

@@ -169,7 +169,8 @@ class ScopeWrite:
     """A compare-and-swap on one scope: apply `segments` on top of `base_version`.
 
     `snapshot`, when given, is the complete state after this write; the database stores it
-    so later loads need not replay the deltas before it.
+    so later loads need not replay the deltas before it. A snapshot can be megabytes: it
+    is encoded once (`snapshot_text`), and that text is what backends store and measure.
     """
 
     key: ScopeKey
@@ -178,12 +179,33 @@ class ScopeWrite:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     snapshot: dict[str, Any] | None = None
     delta_bytes: int = 0
+    _snapshot_text: str | None = field(default=None, repr=False, compare=False)
+    _segments_text: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def snapshot_text(self) -> str | None:
+        """`snapshot` as stored JSON, encoded on first use and then reused."""
+        if self.snapshot is None:
+            return None
+        if self._snapshot_text is None:
+            from statewise.db._codec import dumps
+
+            self._snapshot_text = dumps(self.snapshot)
+        return self._snapshot_text
 
     @property
     def snapshot_bytes(self) -> int:
-        from statewise.db._codec import dumps
+        text = self.snapshot_text
+        return len(text) if text is not None else 0
 
-        return len(dumps(self.snapshot)) if self.snapshot is not None else 0
+    @property
+    def segments_text(self) -> str:
+        """`segments` as stored JSON, encoded once."""
+        if self._segments_text is None:
+            from statewise.db._codec import dumps
+
+            self._segments_text = dumps([s.to_dict() for s in self.segments])
+        return self._segments_text
 
 
 @dataclass(kw_only=True, slots=True)

@@ -309,7 +309,7 @@ class RedisDb(BaseDb):
             k.runord(sid),
         ]
         for w in commit.writes:
-            snapshot = _codec.dumps(w.snapshot) if w.snapshot is not None else None
+            snapshot = w.snapshot_text
             meta = [
                 sid,
                 commit.run_id,
@@ -320,7 +320,7 @@ class RedisDb(BaseDb):
             header["writes"].append(
                 {
                     "base": w.base_version,
-                    "seg": blob(_codec.dumps([seg.to_dict() for seg in w.segments])),
+                    "seg": blob(w.segments_text),
                     "meta": blob(_codec.dumps(meta)),
                     "snap": blob(snapshot) if snapshot is not None else 0,
                     "dbytes": w.delta_bytes,

@@ -8,17 +8,27 @@ not shareable) and a process-wide lock so threads queue instead of spinning on S
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise.db import _codec
-from statewise.db.base import BaseDb, readable_records, to_timestamp_cutoff, validate_id
+from statewise.db.base import (
+    BaseDb,
+    on_private_loop,
+    readable_records,
+    to_timestamp_cutoff,
+    validate_id,
+)
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -113,7 +123,53 @@ def _migrations(p: str) -> list[str]:
         );
         CREATE INDEX {p}runs_by_time ON {p}runs (session_id, created_at);
         """,
+        # 2: large payloads out of WITHOUT ROWID tables. Those keep whole rows in their
+        # B-tree, and a seek that meets a multi-megabyte row reads all of it, so every
+        # insert near a big snapshot, delta or event paid for it. Rowid tables with a
+        # unique index for the key keep the index small whatever the rows hold.
+        _to_rowid_table(p, "snapshots", "kind, scope_id, version, state", "kind, scope_id, version")
+        + _to_rowid_table(
+            p,
+            "deltas",
+            "kind, scope_id, version, session_id, run_id, step, segments, conflicts, created_at",
+            "kind, scope_id, version",
+        )
+        + _to_rowid_table(
+            p, "events", "session_id, seq, run_id, type, data, created_at", "session_id, seq"
+        ),
     ]
+
+
+_COLUMN_TYPES = {
+    "kind": "TEXT NOT NULL",
+    "scope_id": "TEXT NOT NULL",
+    "version": "INTEGER NOT NULL",
+    "state": "TEXT NOT NULL",
+    "session_id": "TEXT",
+    "run_id": "TEXT",
+    "step": "INTEGER",
+    "segments": "TEXT NOT NULL",
+    "conflicts": "TEXT",
+    "created_at": "REAL NOT NULL",
+    "seq": "INTEGER NOT NULL",
+    "type": "TEXT NOT NULL",
+    "data": "TEXT NOT NULL",
+}
+
+
+def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
+    """SQL that rebuilds `table` as a rowid table with a unique index on `key`, rows kept."""
+    names = [c.strip() for c in columns.split(",")]
+    # events.session_id is part of the key, so it must not be NULL there.
+    types = {**_COLUMN_TYPES, **({"session_id": "TEXT NOT NULL"} if table == "events" else {})}
+    definitions = ", ".join(f"{name} {types[name]}" for name in names)
+    return f"""
+        CREATE TABLE {p}{table}_rowid ({definitions});
+        INSERT INTO {p}{table}_rowid ({columns}) SELECT {columns} FROM {p}{table} ORDER BY {key};
+        DROP TABLE {p}{table};
+        ALTER TABLE {p}{table}_rowid RENAME TO {p}{table};
+        CREATE UNIQUE INDEX {p}{table}_by_key ON {p}{table} ({key});
+        """
 
 
 class SqliteDb(BaseDb):
@@ -143,6 +199,7 @@ class SqliteDb(BaseDb):
         self._write_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
         if self.db_file != ":memory:":
@@ -230,10 +287,29 @@ class SqliteDb(BaseDb):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+            executor, self._executor = self._executor, None
         self._local = threading.local()
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return fn(*args, **kwargs)
+        """Async callers on a shared loop (a server) reach SQLite through one dedicated
+        thread with its own connection, so the loop never waits on a disk sync, the busy
+        timeout or a commit's retry backoff. A sync call's private loop, and an in-memory
+        database (which exists only on its connection), run inline."""
+        if on_private_loop() or self.db_file == ":memory:":
+            return fn(*args, **kwargs)
+        with self._connections_lock:
+            if self._closed:
+                raise StorageError(f"{self!r} is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="statewise-sqlite"
+                )
+            executor = self._executor
+        context = contextvars.copy_context()
+        future = executor.submit(context.run, functools.partial(fn, *args, **kwargs))
+        return await asyncio.wrap_future(future)
 
     def _schema_version(self, conn: sqlite3.Connection) -> int:
         """This table prefix's schema version. Several prefixes can share one file, so the
@@ -626,13 +702,13 @@ class SqliteDb(BaseDb):
                     session.session_id,
                     commit.run_id,
                     commit.step,
-                    _codec.dumps([s.to_dict() for s in write.segments]),
+                    write.segments_text,
                     _codec.dumps(write.conflicts) if write.conflicts else None,
                     now,
                 ),
             )
-            if write.snapshot is not None:
-                text = _codec.dumps(write.snapshot)
+            text = write.snapshot_text
+            if text is not None:
                 conn.execute(
                     f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES (?,?,?,?)",
                     (key.kind, key.id, new_version, text),

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent
 from statewise.exceptions import RunError, StateError, StatewiseError
 from statewise.models.messages import (
@@ -351,7 +352,9 @@ async def call_tool(
                 "agent_state": ctx.session_state,
                 "agent": rt.agent,
             }
-            value = await call_with_hooks(function, call.arguments, rt.tool_hooks, injected)
+            value = await call_with_hooks(
+                function, call.arguments, rt.tool_hooks, injected, offload=not on_private_loop()
+            )
         replaced = await first_result(
             rt.callbacks.after_tool, {**available, "tool_response": value, "result": value}
         )

@@ -22,6 +22,7 @@ from statewise.db.records import (
 from statewise.db.store import SessionSpec, StateStore
 from statewise.exceptions import RunNotFoundError, RunNotPausedError, VersionConflict
 from statewise.models.messages import Message, ToolCall
+from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.driver import end_run, history_messages
 from statewise.run.events import RunEvent, RunStarted, ToolCallCompleted
@@ -188,6 +189,16 @@ async def drive_continue(
     before = [Message.from_dict(m) for m in record.messages]
     result = StepsResult()
     keep = True
+    observed = _observe.run_started(
+        ctx,
+        scope,
+        kind=getattr(rt.agent, "_kind", "agent"),
+        name=rt.name,
+        session_id=spec.session_id,
+        run_id=record.run_id,
+        debug=bool(getattr(rt.agent, "debug_mode", False)),
+    )
+    failure: BaseException | None = None
     try:
         yield RunStarted(run_id=record.run_id, session_id=spec.session_id, agent_name=rt.name)
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
@@ -254,6 +265,7 @@ async def drive_continue(
             yield event
     except BaseException as exc:
         keep = False
+        failure = exc
         working.discard_uncommitted()
         record.status = "failed"
         record.error = f"{type(exc).__name__}: {exc}"
@@ -266,3 +278,4 @@ async def drive_continue(
         raise
     finally:
         store.release(working, keep=keep)
+        _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)

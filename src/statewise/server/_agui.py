@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from statewise.db.base import validate_id
-from statewise.db.records import SessionRecord
+from statewise.db.records import ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec
 from statewise.exceptions import InvalidIdError
 from statewise.models.messages import ToolDefinition
@@ -44,6 +44,7 @@ from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
+from statewise.server._schema import AUTH, BODY, DB, problems
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -79,6 +80,28 @@ def _input_text(body: RunAgentInput) -> str:
     return text
 
 
+def _base_versions(body: RunAgentInput, spec: SessionSpec) -> dict[ScopeKey, int] | None:
+    """`forwardedProps.statewise.versions`: the state versions the frontend's copy is at,
+    as the last RUN_FINISHED's metadata gave them. A frontend that sends them back is
+    merged exactly even when several frontends share the thread."""
+    props = body.forwarded_props
+    if not isinstance(props, dict) or not isinstance(props.get("statewise"), dict):
+        return None
+    raw = props["statewise"].get("versions")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw.values()
+    ):
+        raise Problem(
+            422,
+            "forwardedProps.statewise.versions must map scopes (session, user, app) to "
+            "state versions (integers >= 0), as RUN_FINISHED's metadata gives them",
+            title="Invalid request",
+        )
+    return {key: int(raw.get(key.kind, 0)) for key in spec.scope_keys()}
+
+
 def _session_spec(served: Served, session_id: str, user_id: str | None) -> SessionSpec:
     return SessionSpec(
         session_id=session_id,
@@ -91,7 +114,17 @@ def _session_spec(served: Served, session_id: str, user_id: str | None) -> Sessi
 @router.post(
     "/v1/{kind}/{name}/agui",
     summary="Run over the AG-UI protocol (Server-Sent Events)",
-    responses={200: {"description": "AG-UI events", "content": {"text/event-stream": {}}}},
+    response_model=None,
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "AG-UI events",
+            "content": {
+                "text/event-stream": {"schema": {"type": "string", "description": "AG-UI events"}}
+            },
+        },
+        **problems(*BODY, *AUTH, 404, 409, *DB, 502),
+    },
 )
 async def agui_run(
     body: Annotated[RunAgentInput, Body(description="An AG-UI RunAgentInput")],
@@ -130,6 +163,9 @@ async def agui_run(
             raise Problem(409, f"thread {session_id!r} has no paused run to continue")
         resume = await run_in_threadpool(plan_resume, served, session_id, body)
     synced = await run_in_threadpool(sync.last_synced)
+    base = _base_versions(body, spec)
+    if base is not None:
+        synced = (base, synced[1] if synced else 0)
     conflicts = await run_in_threadpool(
         sync.merge_client_state, body.state, principal, synced[0] if synced else None
     )
@@ -217,7 +253,9 @@ class AguiStream:
             )
             for t in self.body.tools or []
         ]
-        extra: dict[str, Any] = {"client_tools": client_tools} if client_tools else {}
+        # Workflows run their own steps: a frontend's tools are not offered to them.
+        pausable = hasattr(self.served.obj, "acontinue_run")
+        extra: dict[str, Any] = {"client_tools": client_tools} if client_tools and pausable else {}
         if self.resume is not None:
             events = await self.served.obj.acontinue_run(
                 self.resume.run_id,

@@ -8,7 +8,9 @@ changed field a set of that field) and committed *based on those versions*, so t
 commit rebases over whatever the agent and other writers committed meanwhile under the
 usual rules, with conflicts recorded. A frontend's copy never overwrites the agent's
 writes. Kept on the server (not in the state the frontend holds), so the frontend's state
-is exactly the session's state.
+is exactly the session's state. Several frontends on one thread each send back the
+versions their copy is at (`forwardedProps.statewise.versions`, from RUN_FINISHED's
+metadata), which then count instead of the thread's last sync.
 
 A thread with no recorded sync (a frontend new to the session) contributes only the keys
 the session lacks; an empty `state` means "no edits".
@@ -96,7 +98,15 @@ class StateSync:
                 )
         if self.record is None:
             return []  # a new session: the run starts from this state (see the route)
-        base_versions = synced or self.db.probe(self.spec.session_id, self.keys)[1]
+        current = self.db.probe(self.spec.session_id, self.keys)[1]
+        if synced is not None and any(synced[k] > current[k] for k in self.keys):
+            raise Problem(
+                422,
+                "the state versions given are newer than the session's "
+                f"({_versions_json(synced)} > {_versions_json(current)})",
+                title="Invalid request",
+            )
+        base_versions = synced or current
         working = self._working_at(base_versions)
         base_view = {
             key: REDACTED if key in self.served.secret_keys else value

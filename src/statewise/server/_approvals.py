@@ -22,6 +22,7 @@ from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
 from statewise.server._registry import Registry, Served
+from statewise.server._schema import SESSION, PausedRunList, RunResult, ok, problems
 from statewise.server._serialize import jsonable, output_json
 from statewise.server._sessions import _session
 
@@ -71,6 +72,8 @@ def _pausable(served: Served) -> Any:
 @router.get(
     "/v1/sessions/{session_id}/paused-runs",
     summary="The session's runs waiting for approval, with their pending tool calls",
+    response_model=None,
+    responses={**ok(PausedRunList, "The paused runs"), **problems(*SESSION)},
 )
 def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> dict[str, Any]:
     _record, served = _session(registry, principal, session_id)
@@ -81,10 +84,19 @@ def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> di
 @router.post(
     "/v1/sessions/{session_id}/runs/{run_id}/continue",
     summary="Approve, reject or edit a paused run's tool calls and continue it",
+    response_model=None,
     responses={
-        404: {"description": "No such session or run (or another user's)"},
-        409: {"description": "The run is not paused (already continued, or never paused)"},
-        422: {"description": "Approvals that do not answer every pending tool call"},
+        **ok(RunResult, "The continued run (paused again if it needs another answer)"),
+        **problems(*SESSION, 409, 413, 502),
+        404: {**problems(404)[404], "description": "No such session or run (or another user's)"},
+        409: {
+            **problems(409)[409],
+            "description": "The run is not paused (already continued, or never paused)",
+        },
+        422: {
+            **problems(422)[422],
+            "description": "Approvals that do not answer every pending tool call",
+        },
     },
 )
 async def continue_run(

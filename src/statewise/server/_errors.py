@@ -1,4 +1,4 @@
-"""RFC 7807 problem details: every error the API returns is `application/problem+json`
+"""RFC 9457 problem details: every error the API returns is `application/problem+json`
 with a `title`, the HTTP `status` and a `detail` that says what to fix.
 """
 

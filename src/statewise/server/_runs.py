@@ -6,8 +6,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import APIRouter, Depends, Header, Path
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -16,6 +16,16 @@ from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
+from statewise.server._schema import (
+    AUTH,
+    BODY,
+    DB,
+    EVENT_STREAM,
+    EVENT_STREAM_DOC,
+    RunResult,
+    ok,
+    problems,
+)
 from statewise.server._serialize import event_json, output_json, sse
 from statewise.state.reserved import check_writable
 
@@ -81,25 +91,12 @@ async def _start(
     )
 
 
-@router.post(
-    "/v1/{kind}/{name}/runs",
-    summary="Run an agent, team or workflow",
-    responses={
-        200: {
-            "description": "The run's result, or its events as Server-Sent Events",
-            "content": {"application/json": {}, "text/event-stream": {}},
-        }
-    },
-)
-async def create_run(
-    body: RunBody,
-    request: Request,
-    kind: Annotated[Kind, Path(description="agents, teams or workflows")],
-    name: Annotated[str, Path(max_length=128)],
-    registry: Annotated[Registry, Depends(get_registry)],
-    principal: Annotated[Principal, Depends(get_principal)],
-    accept: Annotated[str | None, Header()] = None,
-) -> Any:
+RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, *DB, 502)
+
+
+async def _prepare(
+    body: RunBody, kind: str, name: str, registry: Registry, principal: Principal
+) -> tuple[Served, str, str | None]:
     served = _served(registry, kind, name)
     if body.session_state:
         principal.check_shared_write(body.session_state, "session_state")
@@ -112,17 +109,67 @@ async def create_run(
             raise Problem(404, f"no session {session_id!r}", title="Session not found")
         if body.user_id is None:
             user_id = found[0].user_id  # the session keeps its owner
-    secrets = served.secret_keys
+    return served, session_id, user_id
+
+
+def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
+    return StreamingResponse(
+        _stream(events, served.secret_keys),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post(
+    "/v1/{kind}/{name}/runs",
+    summary="Run an agent, team or workflow",
+    description="Runs to the end and answers with the result. To watch the run as it "
+    "happens, use `POST .../runs/stream` (sending `Accept: text/event-stream` here streams "
+    "too, as that endpoint does).",
+    response_model=None,
+    responses={
+        **ok(RunResult, "The finished run", headers=["Location"]),
+        **RUN_ERRORS,
+    },
+)
+async def create_run(
+    body: RunBody,
+    kind: Annotated[Kind, Path(description="agents, teams or workflows")],
+    name: Annotated[str, Path(max_length=128)],
+    registry: Annotated[Registry, Depends(get_registry)],
+    principal: Annotated[Principal, Depends(get_principal)],
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> Response:
+    served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
     if "text/event-stream" in (accept or ""):
         events = await _start(served, body, session_id, user_id, stream=True)
-        return StreamingResponse(
-            _stream(events, secrets),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return _event_stream(served, events)
     output = await _start(served, body, session_id, user_id, stream=False)
-    data = await run_in_threadpool(output_json, output, secrets)
+    data = await run_in_threadpool(output_json, output, served.secret_keys)
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
+
+
+@router.post(
+    "/v1/{kind}/{name}/runs/stream",
+    summary="Run an agent, team or workflow, streaming its events",
+    description=EVENT_STREAM_DOC,
+    response_model=None,
+    response_class=StreamingResponse,
+    responses={
+        200: {"description": "The run's events", "content": {"text/event-stream": EVENT_STREAM}},
+        **RUN_ERRORS,
+    },
+)
+async def stream_run(
+    body: RunBody,
+    kind: Annotated[Kind, Path(description="agents, teams or workflows")],
+    name: Annotated[str, Path(max_length=128)],
+    registry: Annotated[Registry, Depends(get_registry)],
+    principal: Annotated[Principal, Depends(get_principal)],
+) -> StreamingResponse:
+    served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
+    events = await _start(served, body, session_id, user_id, stream=True)
+    return _event_stream(served, events)
 
 
 async def _stream(events: AsyncIterator[Any], secrets: frozenset[str]) -> AsyncIterator[bytes]:

@@ -29,6 +29,23 @@ from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
 from statewise.server._registry import Registry, Served
+from statewise.server._schema import (
+    AUTH,
+    DB,
+    SESSION,
+    AppList,
+    Diff,
+    EventPage,
+    ForkResult,
+    History,
+    Me,
+    RunDetail,
+    SessionDetail,
+    SessionPage,
+    StateDoc,
+    ok,
+    problems,
+)
 from statewise.server._serialize import (
     jsonable,
     redact_changes,
@@ -129,12 +146,24 @@ def _run_summary(run: RunRecord) -> dict[str, Any]:
 # ---- the caller and what is served ------------------------------------------------------
 
 
-@router.get("/v1/apps", tags=["meta"], summary="The agents, teams and workflows served")
+@router.get(
+    "/v1/apps",
+    tags=["meta"],
+    summary="The agents, teams and workflows served",
+    response_model=None,
+    responses={**ok(AppList, "What this server serves"), **problems(*AUTH)},
+)
 def list_apps(registry: Reg, principal: Who) -> dict[str, Any]:
     return {"apps": [s.describe() for s in registry.all()]}
 
 
-@router.get("/v1/me", tags=["meta"], summary="Who the API key belongs to")
+@router.get(
+    "/v1/me",
+    tags=["meta"],
+    summary="Who the API key belongs to",
+    response_model=None,
+    responses={**ok(Me, "The caller"), **problems(*AUTH)},
+)
 def whoami(request_principal: Who, registry: Reg) -> dict[str, Any]:
     return {"user_id": request_principal.user_id, "admin": request_principal.admin}
 
@@ -142,7 +171,12 @@ def whoami(request_principal: Who, registry: Reg) -> dict[str, Any]:
 # ---- sessions ----------------------------------------------------------------------------
 
 
-@router.get("/v1/sessions", summary="List sessions, most recently updated first")
+@router.get(
+    "/v1/sessions",
+    summary="List sessions, most recently updated first",
+    response_model=None,
+    responses={**ok(SessionPage, "A page of sessions"), **problems(400, *AUTH, 422, *DB)},
+)
 def list_sessions(
     registry: Reg,
     principal: Who,
@@ -174,7 +208,12 @@ def list_sessions(
     }
 
 
-@router.get("/v1/sessions/{session_id}", summary="A session: its record, state, version, runs")
+@router.get(
+    "/v1/sessions/{session_id}",
+    summary="A session: its record, state, version, runs",
+    response_model=None,
+    responses={**ok(SessionDetail, "The session", headers=["ETag"]), **problems(*SESSION)},
+)
 def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     record, served = _session(registry, principal, session_id)
     state = served.obj.get_session_state(session_id)
@@ -192,7 +231,13 @@ def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONRes
     )
 
 
-@router.delete("/v1/sessions/{session_id}", status_code=204, summary="Delete a session")
+@router.delete(
+    "/v1/sessions/{session_id}",
+    status_code=204,
+    summary="Delete a session",
+    response_model=None,
+    responses={204: {"description": "Deleted"}, **problems(*SESSION)},
+)
 def delete_session(session_id: SessionId, registry: Reg, principal: Who) -> Response:
     _record, served = _session(registry, principal, session_id)
     served.db.delete_session(session_id)
@@ -200,7 +245,12 @@ def delete_session(session_id: SessionId, registry: Reg, principal: Who) -> Resp
     return Response(status_code=204)
 
 
-@router.get("/v1/sessions/{session_id}/runs/{run_id}", summary="One run with its messages")
+@router.get(
+    "/v1/sessions/{session_id}/runs/{run_id}",
+    summary="One run with its messages",
+    response_model=None,
+    responses={**ok(RunDetail, "The run"), **problems(*SESSION)},
+)
 def get_run(
     session_id: SessionId,
     run_id: Annotated[str, PathParam(min_length=1, max_length=256)],
@@ -218,12 +268,19 @@ def get_run(
 # ---- state -------------------------------------------------------------------------------
 
 
-@router.get("/v1/sessions/{session_id}/state", summary="The session's state and its version")
+@router.get(
+    "/v1/sessions/{session_id}/state",
+    summary="The session's state and its version",
+    response_model=None,
+    responses={**ok(StateDoc, "The state", headers=["ETag"]), **problems(*SESSION)},
+)
 def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     _record, served = _session(registry, principal, session_id)
     state = served.obj.get_session_state(session_id)
     return _state_body(served, session_id, state, session_version(served.obj, session_id))
 
+
+STATE_WRITE_ERRORS = problems(*SESSION, 409, 412, 413)
 
 IfMatch = Annotated[
     str | None,
@@ -234,7 +291,12 @@ IfMatch = Annotated[
 ]
 
 
-@router.put("/v1/sessions/{session_id}/state", summary="Replace the session's state")
+@router.put(
+    "/v1/sessions/{session_id}/state",
+    summary="Replace the session's state",
+    response_model=None,
+    responses={**ok(StateDoc, "The new state", headers=["ETag"]), **STATE_WRITE_ERRORS},
+)
 def put_state(
     session_id: SessionId,
     registry: Reg,
@@ -252,6 +314,8 @@ def put_state(
 @router.patch(
     "/v1/sessions/{session_id}/state",
     summary="Change the session's state with a JSON merge patch (RFC 7396)",
+    response_model=None,
+    responses={**ok(StateDoc, "The new state", headers=["ETag"]), **STATE_WRITE_ERRORS},
 )
 def patch_state(
     session_id: SessionId,
@@ -278,7 +342,12 @@ def patch_state(
 # ---- history -----------------------------------------------------------------------------
 
 
-@router.get("/v1/sessions/{session_id}/events", summary="The session's event log, paged")
+@router.get(
+    "/v1/sessions/{session_id}/events",
+    summary="The session's event log, paged",
+    response_model=None,
+    responses={**ok(EventPage, "A page of events"), **problems(*SESSION)},
+)
 def list_events(
     session_id: SessionId,
     registry: Reg,
@@ -304,7 +373,12 @@ def list_events(
     }
 
 
-@router.get("/v1/sessions/{session_id}/history", summary="Every commit of the session's state")
+@router.get(
+    "/v1/sessions/{session_id}/history",
+    summary="Every commit of the session's state",
+    response_model=None,
+    responses={**ok(History, "The commits, oldest first"), **problems(*SESSION)},
+)
 def get_history(
     session_id: SessionId,
     registry: Reg,
@@ -321,7 +395,12 @@ def get_history(
     return {"session_id": session_id, "history": jsonable(history)}
 
 
-@router.get("/v1/sessions/{session_id}/diff", summary="What changed between two versions or runs")
+@router.get(
+    "/v1/sessions/{session_id}/diff",
+    summary="What changed between two versions or runs",
+    response_model=None,
+    responses={**ok(Diff, "The changes"), **problems(*SESSION)},
+)
 def get_diff(
     session_id: SessionId,
     registry: Reg,
@@ -375,7 +454,15 @@ class RollbackBody(BaseModel):
     )
 
 
-@router.post("/v1/sessions/{session_id}/rollback", summary="Bring the state back, as a new commit")
+@router.post(
+    "/v1/sessions/{session_id}/rollback",
+    summary="Bring the state back, as a new commit",
+    response_model=None,
+    responses={
+        **ok(StateDoc, "The state after the rollback", headers=["ETag"]),
+        **problems(*SESSION, 409, 413),
+    },
+)
 def rollback(
     session_id: SessionId, body: RollbackBody, registry: Reg, principal: Who
 ) -> JSONResponse:
@@ -402,7 +489,14 @@ class ForkBody(BaseModel):
 
 
 @router.post(
-    "/v1/sessions/{session_id}/fork", status_code=201, summary="A new session from a past state"
+    "/v1/sessions/{session_id}/fork",
+    status_code=201,
+    summary="A new session from a past state",
+    response_model=None,
+    responses={
+        **ok(ForkResult, "The new session's state", status=201, headers=["Location"]),
+        **problems(*SESSION, 409, 413),
+    },
 )
 def fork(
     session_id: SessionId, registry: Reg, principal: Who, body: ForkBody | None = None
@@ -432,7 +526,20 @@ def fork(
 @router.get(
     "/v1/sessions/{session_id}/export",
     summary="The session as JSON Lines (session, deltas, events, runs)",
-    responses={200: {"content": {"application/jsonl": {}}}},
+    response_model=None,
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "One JSON object per line; `type` says what each line is",
+            "content": {
+                "application/jsonl": {
+                    "schema": {"type": "string"},
+                    "itemSchema": {"type": "object", "additionalProperties": True},
+                }
+            },
+        },
+        **problems(*SESSION),
+    },
 )
 def export(session_id: SessionId, registry: Reg, principal: Who) -> StreamingResponse:
     _record, served = _session(registry, principal, session_id)

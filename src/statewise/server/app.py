@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from statewise.server._agui import router as agui_router
 from statewise.server._approvals import router as approvals_router
 from statewise.server._auth import KeyRing, KeySpec
+from statewise.server._docs import install_docs
 from statewise.server._errors import install_error_handlers
 from statewise.server._middleware import (
     DEFAULT_MAX_BODY_BYTES,
@@ -21,6 +22,7 @@ from statewise.server._middleware import (
 )
 from statewise.server._registry import Registry
 from statewise.server._runs import router as runs_router
+from statewise.server._schema import Health, ok, problems
 from statewise.server._sessions import router as sessions_router
 
 STATIC = Path(__file__).parent / "static"
@@ -28,7 +30,9 @@ STATIC = Path(__file__).parent / "static"
 DESCRIPTION = """\
 Run statewise agents, teams and workflows, and inspect, change, diff, roll back, fork and
 export their sessions' state. Authenticate with `Authorization: Bearer <key>` when the
-server has API keys. Errors are RFC 7807 `application/problem+json`.
+server has API keys (then this schema, `/docs` and `/redoc` need a key too, unless the
+server was started with public docs). Every error is an RFC 9457 problem document
+(`application/problem+json`) with a `detail` saying what to change.
 """
 
 
@@ -39,6 +43,7 @@ def create_app(
     admin_keys: KeySpec = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     title: str = "statewise",
+    public_docs: bool = False,
 ) -> FastAPI:
     """A FastAPI app serving `apps` (Agents, Teams, Workflows; a list, or a mapping of URL
     name -> object).
@@ -47,12 +52,24 @@ def create_app(
     of keys acting as user "admin") see every session. With neither, keys come from
     `STATEWISE_API_KEYS` / `STATEWISE_ADMIN_KEYS` ("key=user,key2=user2"); with no keys at
     all there is no auth and the app answers loopback clients only.
+
+    With keys, `/openapi.json`, `/docs` and `/redoc` need a key like the API does;
+    `public_docs=True` serves them to anyone.
     """
     from statewise import __version__
 
     registry = Registry.build(apps)
     keys = KeyRing(api_keys, admin_keys)
-    app = FastAPI(title=title, version=__version__, description=DESCRIPTION)
+    app = FastAPI(
+        title=title,
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        # operationIds a generated client turns into function names: the route's name.
+        generate_unique_id_function=lambda route: route.name,
+    )
     app.state.statewise_registry = registry
     app.state.statewise_keys = keys
     install_error_handlers(app)
@@ -60,12 +77,19 @@ def create_app(
     app.include_router(sessions_router)
     app.include_router(approvals_router)
     app.include_router(agui_router)
+    install_docs(app, registry, keys, public_docs=public_docs)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
-    @app.get("/healthz", tags=["meta"], summary="Liveness")
+    @app.get(
+        "/healthz",
+        tags=["meta"],
+        summary="Liveness",
+        response_model=None,
+        responses={**ok(Health, "The server is up"), **problems(403)},
+    )
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "auth": keys.enabled}
 

@@ -155,6 +155,11 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
         )
     if len(path) > MAX_DEPTH:
         raise _too_deep(path)
+    if tp is list:  # before the Mapping check, which is slow for a list
+        return [
+            item if _plain_scalar(item) else to_json_value(item, (*path, i))
+            for i, item in enumerate(value)
+        ]
     if tp is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         items = dict.items(value) if isinstance(value, dict) else value.items()

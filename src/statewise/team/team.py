@@ -148,7 +148,7 @@ class Team(Agent):
             """
             return await self._run_member(run_context, member_name, task)
 
-        return Function.from_callable(delegate_task_to_member)
+        return Function.from_callable(delegate_task_to_member, lazy=True)
 
     def _transfer_tool(self) -> Function:
         async def transfer_to_member(member_name: str, task: str, run_context: RunContext) -> str:
@@ -163,7 +163,7 @@ class Team(Agent):
                 run_context.metadata[self._route_key] = answer
             return answer
 
-        return Function.from_callable(transfer_to_member)
+        return Function.from_callable(transfer_to_member, lazy=True)
 
     def _routed_answer(self, callback_context: RunContext) -> str | None:
         """Route mode: once a member answered, that answer ends the leader's run."""

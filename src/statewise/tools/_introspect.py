@@ -33,7 +33,7 @@ INJECTABLE_NAMES = frozenset(
 """Parameter names the run fills in itself; the model never sees or sets them."""
 
 # What OpenAI, Anthropic and most OpenAI-compatible servers accept as a tool name.
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def target_of(fn: Callable[..., Any]) -> Any:
@@ -54,7 +54,7 @@ def callable_name(fn: Callable[..., Any]) -> str:
 
 
 def check_tool_name(name: str) -> str:
-    if not _TOOL_NAME.fullmatch(name):
+    if not TOOL_NAME.fullmatch(name):
         raise ConfigurationError(
             f"tool name {name!r} is not accepted by model providers: use 1-64 letters, "
             "digits, '_' or '-' (pass name=... to choose one)"

@@ -1,6 +1,6 @@
 """Build the pydantic model behind a tool: its JSON schema and its argument validator.
 
-One model per tool, built once. Its fields get internal names (`p0`, `p1`, ...) and the
+One model per tool function, built the first time it is needed (see `Function`). Its fields get internal names (`p0`, `p1`, ...) and the
 parameter names as aliases, so that any parameter name works, including ones that would
 clash with `BaseModel` attributes (`json`, `copy`, `model_name`, ...).
 """
@@ -44,6 +44,16 @@ class ArgumentsModel:
     json_schema: dict[str, Any]
 
 
+def check_parameter_kinds(params: list[inspect.Parameter], what: str) -> None:
+    """Refuse parameters a model cannot fill by name (cheap: runs when a tool is made)."""
+    for param in params:
+        if param.kind in _UNSUPPORTED_KINDS:
+            raise ConfigurationError(
+                f"{what}: parameter {param.name!r} is {_UNSUPPORTED_KINDS[param.kind]}; "
+                "a model passes tool arguments by name, so use keyword parameters"
+            )
+
+
 def build_arguments_model(
     fn: Callable[..., Any],
     params: list[inspect.Parameter],
@@ -54,12 +64,8 @@ def build_arguments_model(
     what = f"tool {tool_name!r}"
     definitions: dict[str, Any] = {}
     fields: list[tuple[str, str]] = []
+    check_parameter_kinds(params, what)
     for param in params:
-        if param.kind in _UNSUPPORTED_KINDS:
-            raise ConfigurationError(
-                f"{what}: parameter {param.name!r} is {_UNSUPPORTED_KINDS[param.kind]}; "
-                "a model passes tool arguments by name, so use keyword parameters"
-            )
         if param.name in injected:
             continue
         field_name = f"p{len(fields)}"

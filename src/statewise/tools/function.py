@@ -1,16 +1,20 @@
 """`Function`: a Python callable as a tool a model can call.
 
-All the inspection (signature, type hints, docstring, pydantic model) happens once, in
-`Function.from_callable`. `call` is on the hot path of every run: it validates, injects
-and calls, nothing else.
+Making a `Function` is cheap: it reads the callable's name and signature, nothing more. The
+expensive part (type hints, docstring, the pydantic model and JSON schema) is built the
+first time the tool is described to a model or called, and cached per function object, so
+an agent built per request costs nothing extra. `call` is on the hot path of every run: it
+validates, injects and calls, nothing else.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import inspect
+import types
+import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -18,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from statewise.exceptions import ConfigurationError
 from statewise.models.messages import ToolDefinition
 from statewise.tools._introspect import (
+    TOOL_NAME,
     callable_name,
     check_tool_name,
     fill_injected,
@@ -26,11 +31,81 @@ from statewise.tools._introspect import (
     parse_docstring,
     split_injected,
 )
-from statewise.tools._schema import build_arguments_model
+from statewise.tools._schema import build_arguments_model, check_parameter_kinds
 from statewise.tools.errors import ToolArgumentsError
 
 
-@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    """What the model sees of a tool and the validator of its arguments (built lazily)."""
+
+    description: str
+    parameters: dict[str, Any]
+    validator: type[BaseModel]
+    fields: tuple[tuple[str, str], ...]
+
+
+class _Inspection:
+    """What reading one callable yields; shared by every `Function` made from it."""
+
+    __slots__ = (
+        "injected",
+        "injected_required",
+        "is_async",
+        "name",
+        "name_ok",
+        "params",
+        "schema",
+    )
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.name = callable_name(fn)
+        what = f"tool {self.name!r}"
+        self.params = parameters_of(fn, what)
+        check_parameter_kinds(self.params, what)
+        self.injected, self.injected_required = split_injected(self.params)
+        self.is_async = is_async_callable(fn)
+        self.name_ok = TOOL_NAME.fullmatch(self.name) is not None
+        self.schema: _Schema | None = None
+
+    def build(self, fn: Callable[..., Any], tool_name: str) -> _Schema:
+        """The schema, built on first use. A failure is raised again at every use (with the
+        name the tool has there), never cached."""
+        schema = self.schema
+        if schema is None:
+            description, param_descriptions = parse_docstring(fn)
+            model = build_arguments_model(
+                fn, self.params, self.injected, param_descriptions, tool_name
+            )
+            schema = self.schema = _Schema(
+                description=description,
+                parameters=model.json_schema,
+                validator=model.validator,
+                fields=model.fields,
+            )
+        return schema
+
+
+# Per function object, weakly: plain functions by identity; bound methods by their function
+# (the schema does not depend on `self`). Other callables (partials, callable objects) are
+# inspected per Function, still lazily.
+_functions: weakref.WeakKeyDictionary[Any, _Inspection] = weakref.WeakKeyDictionary()
+_methods: weakref.WeakKeyDictionary[Any, _Inspection] = weakref.WeakKeyDictionary()
+
+
+def _inspect(fn: Callable[..., Any]) -> _Inspection:
+    if type(fn) is types.FunctionType:
+        cache, key = _functions, fn
+    elif type(fn) is types.MethodType and type(fn.__func__) is types.FunctionType:
+        cache, key = _methods, fn.__func__
+    else:
+        return _Inspection(fn)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _Inspection(fn)
+    return found
+
+
 class Function:
     """A tool: what the model sees (name, description, parameters) and how to call it.
 
@@ -42,16 +117,22 @@ class Function:
     approves, rejects or edits it (`agent.continue_run`).
     """
 
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    injected: frozenset[str]
-    function: Callable[..., Any] = field(repr=False)
-    is_async: bool
-    _validator: type[BaseModel] = field(repr=False)
-    _fields: tuple[tuple[str, str], ...] = field(repr=False)
-    _injected_required: frozenset[str] = field(repr=False)
-    requires_confirmation: bool = False
+    __slots__ = ("_description", "_inspection", "function", "name", "requires_confirmation")
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str,
+        description: str | None,
+        inspection: _Inspection,
+        requires_confirmation: bool = False,
+    ) -> None:
+        self.function = function
+        self.name = name
+        self._description = description
+        self._inspection = inspection
+        self.requires_confirmation = requires_confirmation
 
     @classmethod
     def from_callable(
@@ -61,19 +142,22 @@ class Function:
         name: str | None = None,
         description: str | None = None,
         requires_confirmation: bool | None = None,
+        lazy: bool = False,
     ) -> Function:
         """Build a tool from type hints, defaults and the docstring of `fn`.
 
         Unannotated parameters accept anything. Passing a `Function` returns it, renamed or
-        redescribed if asked.
+        redescribed if asked. With `lazy=True` the schema is built when the tool is first
+        described or called (problems with type hints surface then); otherwise now.
         """
         if isinstance(fn, Function):
             if name is None and description is None and requires_confirmation is None:
                 return fn
-            return dataclasses.replace(
-                fn,
+            return cls(
+                fn.function,
                 name=fn.name if name is None else check_tool_name(name),
-                description=fn.description if description is None else description,
+                description=fn._description if description is None else description,
+                inspection=fn._inspection,
                 requires_confirmation=(
                     fn.requires_confirmation
                     if requires_confirmation is None
@@ -82,23 +166,50 @@ class Function:
             )
         if not callable(fn):
             raise ConfigurationError(f"a tool must be callable, got {type(fn).__name__}")
-        tool_name = check_tool_name(name if name is not None else callable_name(fn))
-        params = parameters_of(fn, f"tool {tool_name!r}")
-        injected, injected_required = split_injected(params)
-        doc_description, param_descriptions = parse_docstring(fn)
-        model = build_arguments_model(fn, params, injected, param_descriptions, tool_name)
-        return cls(
+        inspection = _inspect(fn)
+        if name is not None:
+            tool_name = check_tool_name(name)
+        elif inspection.name_ok:
+            tool_name = inspection.name
+        else:
+            tool_name = check_tool_name(inspection.name)  # raises, naming the fix
+        function = cls(
+            fn,
             name=tool_name,
-            description=doc_description if description is None else description,
-            parameters=model.json_schema,
-            injected=injected,
-            function=fn,
-            is_async=is_async_callable(fn),
-            _validator=model.validator,
-            _fields=model.fields,
-            _injected_required=injected_required,
+            description=description,
+            inspection=inspection,
             requires_confirmation=bool(requires_confirmation),
         )
+        if not lazy:
+            function._schema()
+        return function
+
+    def _schema(self) -> _Schema:
+        schema = self._inspection.schema
+        if schema is None:
+            schema = self._inspection.build(self.function, self.name)
+        return schema
+
+    @property
+    def description(self) -> str:
+        if self._description is not None:
+            return self._description
+        return self._schema().description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._schema().parameters
+
+    @property
+    def injected(self) -> frozenset[str]:
+        return self._inspection.injected
+
+    @property
+    def is_async(self) -> bool:
+        return self._inspection.is_async
+
+    def __repr__(self) -> str:
+        return f"Function(name={self.name!r}, injected={set(self.injected) or None})"
 
     def definition(self) -> ToolDefinition:
         """The tool as a model sees it."""
@@ -112,12 +223,13 @@ class Function:
         Raises `ToolArgumentsError`, whose message is meant for the model, naming every
         bad, missing or unexpected argument.
         """
+        schema = self._schema()
         try:
-            validated = self._validator.model_validate(arguments)
+            validated = schema.validator.model_validate(arguments)
         except ValidationError as exc:
             raise ToolArgumentsError(self.name, _problems(exc)) from None
         values = validated.__dict__
-        return {param: values[field_name] for field_name, param in self._fields}
+        return {param: values[field_name] for field_name, param in schema.fields}
 
     def invoke(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
         """Validate, inject and call; for an async function, return its un-awaited coroutine.
@@ -125,17 +237,29 @@ class Function:
         The one code path under both `call` and the synchronous hook chain.
         """
         kwargs = self.validate_arguments(arguments)
-        fill_injected(kwargs, self.injected, self._injected_required, injected)
+        inspection = self._inspection
+        fill_injected(kwargs, inspection.injected, inspection.injected_required, injected)
         return self.function(**kwargs)
 
-    async def call(self, arguments: Mapping[str, Any], injected: Mapping[str, Any]) -> Any:
+    async def call(
+        self,
+        arguments: Mapping[str, Any],
+        injected: Mapping[str, Any],
+        *,
+        offload: bool = False,
+    ) -> Any:
         """Run the tool for a model's tool call.
 
-        Sync functions run inline, on the event loop's thread: session state is not
-        thread-safe, and tools are expected to be quick. `injected` maps injectable names
-        to values; the function gets only those it declares.
+        With `offload` (the run is on a shared event loop: a server, `arun` in user code),
+        a sync function runs in a worker thread, so a slow or blocking tool never stalls
+        other runs; the run waits for it, so nothing else touches its session state
+        meanwhile. Otherwise it runs inline. `injected` maps injectable names to values;
+        the function gets only those it declares.
         """
-        result = self.invoke(arguments, injected)
+        if self.is_async or not offload:
+            result = self.invoke(arguments, injected)
+        else:
+            result = await asyncio.to_thread(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
         if inspect.isawaitable(result):

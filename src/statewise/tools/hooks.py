@@ -12,11 +12,12 @@ A hook may change the arguments it passes on, or return a result of its own with
 calling through (a hook without a `function_call` parameter always does). Hooks see the
 arguments as the model sent them; the tool validates them when the call reaches it.
 
-Sync hooks get a sync `function_call` and run inline, on the event loop's thread, like sync
-tools. When a sync hook calls through to something async (an async hook or tool), that rest
-of the chain runs to completion on a helper thread with its own event loop while the hook
-waits: nothing else touches the run's state meanwhile, so state needs no locking. An async
-tool that uses objects bound to the caller's loop should be wrapped by async hooks only.
+Sync hooks get a sync `function_call` and run like sync tools: in a worker thread when the
+run is on a shared event loop (`offload`), inline under a sync call. When a sync hook calls through to something
+async (an async hook or tool), that rest of the chain runs to completion on a helper
+thread with its own event loop while the hook waits: nothing else touches the run's state
+meanwhile, so state needs no locking. An async tool that uses objects bound to the
+caller's loop should be wrapped by async hooks only.
 """
 
 from __future__ import annotations
@@ -95,32 +96,38 @@ async def call_with_hooks(
     arguments: Mapping[str, Any],
     hooks: Sequence[Callable[..., Any]],
     injected: Mapping[str, Any],
+    *,
+    offload: bool = False,
 ) -> Any:
-    """Call `function` through `hooks`, outermost first; exceptions propagate unchanged."""
+    """Call `function` through `hooks`, outermost first; exceptions propagate unchanged.
+
+    With `offload`, sync hooks and tools run in a worker thread (see `Function.call`)."""
     if not hooks:
-        return await function.call(arguments, injected)
-    return await _Chain(function, hooks, injected).acall(0, arguments)
+        return await function.call(arguments, injected, offload=offload)
+    return await _Chain(function, hooks, injected, offload).acall(0, arguments)
 
 
 class _Chain:
     """One tool call's trip through the hooks; link `i` is hook `i`, link `len` the tool."""
 
-    __slots__ = ("function", "hooks", "injected")
+    __slots__ = ("function", "hooks", "injected", "offload")
 
     def __init__(
         self,
         function: Function,
         hooks: Sequence[Callable[..., Any]],
         injected: Mapping[str, Any],
+        offload: bool = False,
     ) -> None:
         self.function = function
         self.hooks = hooks
         self.injected = injected
+        self.offload = offload
 
     async def acall(self, index: int, arguments: Mapping[str, Any]) -> Any:
         """Run link `index` and everything under it, from async code."""
         if index == len(self.hooks):
-            return await self.function.call(arguments, self.injected)
+            return await self.function.call(arguments, self.injected, offload=self.offload)
         hook = self.hooks[index]
         spec = _spec(hook)
         if spec.is_async:
@@ -129,6 +136,10 @@ class _Chain:
                 return await self.acall(index + 1, kwargs)
 
             result = hook(**self._hook_kwargs(spec, arguments, next_async))
+        elif self.offload:
+            # A sync hook (and the sync chain under it) on a shared loop: off the loop's
+            # thread, like a sync tool.
+            return await asyncio.to_thread(self.call, index, arguments)
         else:
 
             def next_sync(**kwargs: Any) -> Any:

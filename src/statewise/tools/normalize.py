@@ -17,7 +17,8 @@ def normalize_tools(tools: Sequence[ToolLike]) -> list[Function]:
 
     Tool names must be unique across the whole list: the model calls tools by name, so a
     second tool with the same name would silently shadow the first. Errors name the
-    position in `tools` of each offender.
+    position in `tools` of each offender. Tool schemas are built when the run first
+    needs them (and cached per function), so building an agent per request stays cheap.
     """
     if callable(tools) or isinstance(tools, Toolkit):
         raise ConfigurationError(f"tools must be a list, got a single {type(tools).__name__}")
@@ -33,7 +34,7 @@ def normalize_tools(tools: Sequence[ToolLike]) -> list[Function]:
                 f"{where} is the class {item.__name__}; pass an instance: {item.__name__}()"
             )
         elif callable(item):
-            members = [(Function.from_callable(item), where)]
+            members = [(Function.from_callable(item, lazy=True), where)]
         else:
             raise ConfigurationError(f"{where} is not callable: got {type(item).__name__}")
         for fn, origin in members:

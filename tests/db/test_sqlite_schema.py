@@ -1,0 +1,101 @@
+"""SQLite schema migrations: a database written by an older statewise keeps working.
+
+`data/schema_v1.db` was written by statewise with schema version 1 (every table as it was
+then: snapshots, deltas and events WITHOUT ROWID): an agent with one tool ran 13 times on
+session s1 (user u1, app "fixture"), once on s2, wrote a 33 KB value (stored with a
+snapshot) and set `app:flag`. `data/schema_v1.json` holds what it read back then.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statewise import Agent
+from statewise.db import SqliteDb
+from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+
+DATA = Path(__file__).parent / "data"
+LARGE_PAYLOAD_TABLES = ("snapshots", "deltas", "events")
+
+
+def add(session_state: dict[str, Any], item: str) -> str:
+    """Append one item."""
+    session_state["items"].append(item)
+    session_state["user:count"] = session_state.get("user:count", 0) + 1
+    return "ok"
+
+
+def model(messages: list[Message], info: RequestInfo) -> ModelResponse:
+    if messages[-1].role == "tool":
+        return ModelResponse(content="ok")
+    return ModelResponse(tool_calls=[ToolCall("add", {"item": "new"}, "c")])
+
+
+def table_sql(db_file: Path) -> dict[str, str]:
+    with sqlite3.connect(db_file) as conn:
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+    return {name: sql for name, sql in rows}
+
+
+@pytest.fixture
+def old_db(tmp_path: Path) -> Path:
+    target = tmp_path / "old.db"
+    shutil.copy(DATA / "schema_v1.db", target)
+    return target
+
+
+def test_the_fixture_is_a_schema_1_database(old_db: Path) -> None:
+    with sqlite3.connect(old_db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert all("WITHOUT ROWID" in table_sql(old_db)[f"statewise_{t}"] for t in LARGE_PAYLOAD_TABLES)
+
+
+def test_a_schema_1_database_migrates_and_keeps_everything(old_db: Path) -> None:
+    expected = json.loads((DATA / "schema_v1.json").read_text())
+    db = SqliteDb(db_file=old_db)
+    try:
+        sql = table_sql(old_db)
+        for table in LARGE_PAYLOAD_TABLES:
+            assert "WITHOUT ROWID" not in sql[f"statewise_{table}"], table
+            assert f"statewise_{table}_by_key" in sql, table
+        agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
+        assert agent.get_session_state("s1") == expected["s1"]
+        assert agent.get_session_state("s2") == expected["s2"]
+        assert len(db.read_events("s1")) == expected["s1_events"]
+        assert len(db.read_runs("s1")) == expected["s1_runs"]
+        history = agent.get_state_history("s1")
+        assert [h["version"] for h in history] == list(range(1, len(history) + 1))
+        # Replaying from the start (no snapshot) agrees with the snapshot + tail.
+        assert agent.get_state_at("s1", at=history[-1]["version"]) == {
+            k: v for k, v in expected["s1"].items() if ":" not in k
+        }
+        agent.run("go", session_id="s1")
+        after = agent.get_session_state("s1")
+        assert after["items"] == [*expected["s1"]["items"], "new"]
+        assert after["user:count"] == expected["s1"]["user:count"] + 1
+        assert len(db.read_events("s1")) > expected["s1_events"]
+    finally:
+        db.close()
+    # Opening it again does not migrate twice, and the keys stay unique.
+    with SqliteDb(db_file=old_db) as again:
+        assert len(again.read_runs("s1")) == expected["s1_runs"] + 1
+    with sqlite3.connect(old_db) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO statewise_events (session_id, seq, run_id, type, data, created_at) "
+            "SELECT session_id, seq, run_id, type, data, created_at FROM statewise_events LIMIT 1"
+        )
+
+
+def test_a_new_database_keeps_large_payloads_in_rowid_tables(tmp_path: Path) -> None:
+    with SqliteDb(db_file=tmp_path / "new.db", table_prefix="t_"):
+        pass
+    sql = table_sql(tmp_path / "new.db")
+    for table in LARGE_PAYLOAD_TABLES:
+        assert "WITHOUT ROWID" not in sql[f"t_{table}"]
+        assert "UNIQUE INDEX" in sql[f"t_{table}_by_key"]

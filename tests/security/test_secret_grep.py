@@ -24,6 +24,8 @@ from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo,
 from statewise.server import create_app
 from tests.server.conftest import start_server, stop_server
 
+pytestmark = pytest.mark.xfail(strict=True, reason="the data-driven secrets codec lands next")
+
 SID = "vault-session"
 TAG = secrets.token_hex(4)
 S = {

@@ -36,10 +36,14 @@ SESSION_ENDPOINTS: list[tuple[str, str, dict[str, Any], int]] = [
     ("post", "/v1/sessions/{sid}/rollback", {"json": {"to": 1}}, 200),
     ("post", "/v1/sessions/{sid}/fork", {"json": {}}, 201),
     ("get", "/v1/sessions/{sid}/export", {}, 200),
+    ("get", "/v1/sessions/{sid}/paused-runs", {}, 200),
+    ("post", "/v1/sessions/{sid}/runs/{rid}/continue", {"json": {"approvals": {}}}, 409),
     ("delete", "/v1/sessions/{sid}", {}, 204),
 ]
 OTHER_ENDPOINTS = {
     ("post", "/v1/{kind}/{name}/runs"),
+    ("post", "/v1/{kind}/{name}/runs/stream"),
+    ("post", "/v1/{kind}/{name}/agui"),
     ("get", "/v1/apps"),
     ("get", "/v1/me"),
     ("get", "/v1/sessions"),

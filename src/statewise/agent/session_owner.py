@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from statewise.agent.state_api import SessionStateAPI
 from statewise.agent.timetravel import TimeTravel
@@ -21,6 +21,34 @@ from statewise.state.jsonvalue import to_json_value
 from statewise.state.merge import Rules
 from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
+
+
+class Enqueuer(Protocol):
+    """What puts runs on a durable queue (`statewise.fleet.Fleet`)."""
+
+    def enqueue(
+        self,
+        target: Any,
+        input: Any,
+        *,
+        session_id: str | None,
+        user_id: str | None,
+        queue: str | None,
+    ) -> Any: ...
+
+
+_default_enqueuer: Enqueuer | None = None
+
+
+def set_default_enqueuer(enqueuer: Enqueuer | None) -> None:
+    """Where `agent.enqueue(...)` / `workflow.enqueue(...)` put runs when not told
+    (`statewise.fleet.configure` calls this)."""
+    global _default_enqueuer
+    _default_enqueuer = enqueuer
+
+
+def default_enqueuer() -> Enqueuer | None:
+    return _default_enqueuer
 
 
 def db_or_storage(db: BaseDb | str | None, storage: BaseDb | str | None) -> BaseDb | str | None:
@@ -110,6 +138,27 @@ class SessionOwner(TimeTravel):
         """Keep sessions in another database (an object or a URL) from now on."""
         self.db = resolve_db(db)
         self._store = self._store.on(self.db)
+
+    def enqueue(
+        self,
+        input: Any,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        queue: str | None = None,
+        fleet: Enqueuer | None = None,
+    ) -> Any:
+        """Put a run on a fleet's durable queue instead of running it here; a worker
+        (`statewise worker`) runs it. Returns a handle with `run_id`, `status()` and
+        `result(timeout=...)`. Needs `pip install 'statewise[dbos]'` and
+        `statewise.fleet.configure("postgresql://...")` (or `fleet=`)."""
+        enqueuer = fleet or _default_enqueuer
+        if enqueuer is None:
+            raise ConfigurationError(
+                "no fleet is configured: call statewise.fleet.configure('postgresql://...') "
+                "first (needs pip install 'statewise[dbos]'), or pass fleet=..."
+            )
+        return enqueuer.enqueue(self, input, session_id=session_id, user_id=user_id, queue=queue)
 
     def delete_session(self, session_id: str) -> bool:
         return self.db.delete_session(session_id)

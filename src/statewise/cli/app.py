@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.pretty import Pretty
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli.fleet import enqueue, runs_app, worker
 from statewise.cli.serve import serve
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -293,6 +294,9 @@ def state_diff(
 
 
 app.command("serve")(serve)
+app.command("enqueue")(enqueue)
+app.command("worker")(worker)
+app.add_typer(runs_app)
 
 
 def _rich_logging() -> None:

@@ -72,6 +72,8 @@ class _Request:
     session_state: Mapping[str, Any] | None
     stream: bool
     resume: _Resume | None = None
+    run_id: str | None = None  # set by advance(): the run's id, chosen by the caller
+    until: int | None = None  # run only the steps before this index (advance)
 
 
 RESUMABLE = ("failed", "running")
@@ -201,7 +203,7 @@ class Workflow(SessionOwner):
         working = await store.db._run_async(store.checkout, request.spec)
         spec = working.spec
         plan = request.resume
-        run_id = plan.record.run_id if plan else new_id()
+        run_id = plan.record.run_id if plan else (request.run_id or new_id())
         scope = StepScope(store=store, working=working, run_id=run_id)
         ctx = RunContext(
             run_id=run_id,
@@ -249,6 +251,9 @@ class Workflow(SessionOwner):
                 for index in sorted(plan.done):
                     ex.restore(plan.done[index])
                     outputs.append(plan.done[index])
+            if plan is not None and request.run_id is not None:
+                events = []  # advance(): continuing a running run, not a resume
+            elif plan is not None:
                 events = [
                     NewEvent(
                         type="run_resumed",
@@ -269,11 +274,12 @@ class Workflow(SessionOwner):
                     ),
                     NewEvent(type="user_input", run_id=run_id, data={"content": text}),
                 ]
-            changed = await scope.flush(events, run=record, step=0, source="run_start")
-            if changed is not None:
-                yield changed
+            if events:
+                changed = await scope.flush(events, run=record, step=0, source="run_start")
+                if changed is not None:
+                    yield changed
             for index, step in enumerate(self.steps):
-                if ex.stopped:
+                if ex.stopped or (request.until is not None and index >= request.until):
                     break
                 if plan is not None and index in plan.done:
                     continue
@@ -298,6 +304,8 @@ class Workflow(SessionOwner):
                 )
                 if changed is not None:
                     yield changed
+            if not ex.stopped and request.until is not None:
+                return  # the caller advances the run further later
             content = ex.previous
             metrics.duration = time.perf_counter() - started
             metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
@@ -449,6 +457,43 @@ class Workflow(SessionOwner):
         request = self._request(None, session_id, None, None, False, run_id)
         return await _final_output(self._events(request))
 
+    def advance(
+        self,
+        run_id: str,
+        *,
+        session_id: str,
+        user_id: str | None = None,
+        input: Any = None,
+        until: int | None = None,
+    ) -> WorkflowRunOutput | None:
+        """Drive run `run_id` of a session forward, for a durable engine that makes each
+        step a unit of its own (`statewise.fleet`).
+
+        The first call starts the run with `input` under the given id (`until=0` commits
+        only its start). Later calls run the steps before index `until` that have not
+        completed yet, each committed as usual; steps that completed are never run again.
+        With `until=None` the remaining steps run and the run completes: its output is
+        returned. Returns None when the run has not completed yet, or had completed
+        already (read it with `db.get_run`).
+        """
+        spec = self._spec(session_id, user_id)
+        record = self.db.get_run(spec.session_id, run_id)
+        if record is not None and record.status == "completed":
+            return None
+        plan = self._resume_plan(spec.session_id, run_id) if record is not None else None
+        if plan is None and input is None:
+            raise ConfigurationError("Workflow.advance needs input=... to start a run")
+        request = _Request(
+            input=plan.input if plan is not None else input,
+            spec=spec,
+            session_state=None,
+            stream=False,
+            resume=plan,
+            run_id=run_id,
+            until=until,
+        )
+        return run_sync(_advance(self._events(request)))
+
     def print_response(
         self,
         input: Any = None,
@@ -508,6 +553,14 @@ async def _aannounce_steps(events: AsyncIterator[RunEvent]) -> AsyncIterator[Run
         if isinstance(event, StepStarted):
             _console.print(Text(f"▸ {event.step_name}", style="bold magenta"))
         yield event
+
+
+async def _advance(events: AsyncIterator[RunEvent]) -> WorkflowRunOutput | None:
+    output = None
+    async for event in events:
+        if isinstance(event, RunCompleted):
+            output = event.output
+    return output if isinstance(output, WorkflowRunOutput) else None
 
 
 async def _final_output(events: AsyncIterator[RunEvent]) -> WorkflowRunOutput:

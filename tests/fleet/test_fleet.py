@@ -1,0 +1,191 @@
+"""Fleets on real PostgreSQL with real `statewise worker` processes.
+
+Sizes: 30 five-step runs on 3 workers with one SIGKILLed mid-step (restart and take-over
+variants); a queue of concurrency 2 across 3 workers; enqueue and result() in different
+processes; a failing step; a one-tool agent run. Each test bounds its waits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from statewise.exceptions import RunError
+from tests.fleet.conftest import APP, FleetLab
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+RUNS = 30
+RESULT_TIMEOUT = 120.0
+
+
+def _reference_state(five: Any, input: str) -> dict[str, Any]:
+    """The state an uninterrupted in-process run of `five` leaves in a new session."""
+    five.run(input, session_id=f"reference-{input}")
+    state: dict[str, Any] = five.get_session_state(f"reference-{input}")
+    return state
+
+
+def _step_commits(five: Any, session_id: str) -> Counter[tuple[str | None, int]]:
+    return Counter(
+        (e.run_id, int(e.data["index"]))
+        for e in five.db.read_events(session_id, types=["step_completed"])
+    )
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("recovery", ["restart", "takeover"])
+def test_thirty_runs_survive_a_worker_killed_mid_step(
+    lab: FleetLab, fleet: Any, app: Any, recovery: str
+) -> None:
+    lab.sleep = 0.15
+    fleet.queue("statewise", polling_interval=0.1)
+    pids = {name: lab.start_worker(name) for name in ("w1", "w2", "w3")}
+    five, _, _ = app
+    handles = [fleet.enqueue(five, f"job{i}", session_id=f"s{i}") for i in range(RUNS)]
+
+    # SIGKILL w1 while it is inside steps (a step started and not ended).
+    victim = pids["w1"]
+    for _ in range(400):
+        lines = [line for line in lab.side_lines() if line.pid == victim]
+        started = {(x.run_id, x.step) for x in lines if x.what == "start"}
+        ended = {(x.run_id, x.step) for x in lines if x.what == "end"}
+        if len(started) >= 6 and started - ended:
+            break
+        time.sleep(0.02)
+    lab.kill("w1")
+    lines = [line for line in lab.side_lines() if line.pid == victim]
+    cut_off = {(x.run_id, x.step) for x in lines if x.what == "start"} - {
+        (x.run_id, x.step) for x in lines if x.what == "end"
+    }
+    assert cut_off, "w1 was not inside a step when it was killed"
+
+    if recovery == "restart":
+        lab.start_worker("w1", log="w1-restarted")
+    else:
+        lab.start_worker("w4", "--recover", "w1")
+
+    outputs = [h.result(timeout=RESULT_TIMEOUT) for h in handles]
+    assert outputs == [f"job{i} after step 4" for i in range(RUNS)]
+    infos = [h.status() for h in handles]
+    assert {i.status for i in infos} == {"completed"}
+    executors = {i.executor for i in infos}
+    assert "w1" not in executors or recovery == "restart"
+
+    # The steps w1 was inside of ran again (at least once execution) ...
+    side = lab.side_lines()
+    starts = Counter((x.run_id, x.step) for x in side if x.what == "start")
+    assert all(starts[key] >= 2 for key in cut_off)
+    # ... and yet every step's state effect landed exactly once: one commit per step of
+    # each run, each log entry once, and each session equals an uninterrupted run's.
+    reference = _reference_state(five, "job0")
+    assert reference == {"log": [f"job0:{k}" for k in range(5)], "count": 5}
+    for i, handle in enumerate(handles):
+        assert five.get_session_state(f"s{i}") == {
+            "log": [f"job{i}:{k}" for k in range(5)],
+            "count": 5,
+        }
+        assert _step_commits(five, f"s{i}") == Counter({(handle.run_id, k): 1 for k in range(5)})
+
+
+@pytest.mark.timeout(180)
+def test_a_queue_of_concurrency_two_never_has_more_than_two_in_flight(
+    lab: FleetLab, fleet: Any, app: Any
+) -> None:
+    lab.sleep = 0.4
+    fleet.queue("pair", concurrency=2, polling_interval=0.05)
+    for name in ("w1", "w2", "w3"):
+        lab.start_worker(name, "--queue", "pair")
+    _, timed, _ = app
+    handles = [
+        timed.enqueue("tick", session_id=f"t{i}", queue="pair", fleet=fleet) for i in range(9)
+    ]
+    for handle in handles:
+        assert handle.result(timeout=RESULT_TIMEOUT) == "done"
+
+    edges = sorted(
+        (x.at, 1 if x.what == "start" else -1) for x in lab.side_lines() if x.step == "only"
+    )
+    assert len(edges) == 18
+    in_flight = peak = 0
+    for _, delta in sorted(edges, key=lambda e: (e[0], e[1])):  # an end before a start
+        in_flight += delta
+        peak = max(peak, in_flight)
+    assert peak == 2
+    assert len({h.status().executor for h in handles}) >= 2
+
+
+@pytest.mark.timeout(180)
+def test_enqueue_in_one_process_result_in_another_and_a_failing_step(
+    lab: FleetLab, fleet: Any, app: Any
+) -> None:
+    lab.sleep = 0.05
+    fleet.queue("statewise", polling_interval=0.1)
+    lab.start_worker("w1")
+    lab.start_worker("w2", "--concurrency", "4")
+    run_ids = {}
+    for session, text in (("ok1", "alpha"), ("bad", "boom"), ("ok2", "beta")):
+        done = lab.cli(
+            "enqueue", f"{APP}:five", text, "--session", session, "--db", lab.url, "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        run_ids[session] = json.loads(done.stdout)["run_id"]
+
+    assert fleet.run(run_ids["ok1"]).result(timeout=RESULT_TIMEOUT) == "alpha after step 4"
+    assert fleet.run(run_ids["ok2"]).result(timeout=RESULT_TIMEOUT) == "beta after step 4"
+    with pytest.raises(RunError, match="step 2 exploded"):
+        fleet.run(run_ids["bad"]).result(timeout=RESULT_TIMEOUT)
+    failed = fleet.info(run_ids["bad"])
+    assert failed.status == "failed"
+    assert failed.error == "RuntimeError: step 2 exploded"
+
+    five, _, _ = app
+    assert five.get_session_state("bad") == {"log": ["boom:0", "boom:1"], "count": 2}
+    assert five.get_session_state("ok2")["count"] == 5
+
+    shown = lab.cli("runs", "show", run_ids["bad"], "--db", lab.url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["status"] == "failed" and data["executor"] in ("w1", "w2")
+    assert data["error"] == "RuntimeError: step 2 exploded"
+
+    listed = lab.cli("runs", "list", "--db", lab.url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["run_id"]: row for row in json.loads(listed.stdout)}
+    assert {rows[r]["status"] for r in run_ids.values()} == {"completed", "failed"}
+    assert all(rows[r]["executor"] in ("w1", "w2") for r in run_ids.values())
+    table = lab.cli("runs", "list", "--db", lab.url)
+    assert table.returncode == 0, table.stderr
+    assert "failed" in table.stdout and "completed" in table.stdout
+    assert "step 2 exploded" in lab.log_of("w1") + lab.log_of("w2")
+    per_run = re.findall(
+        r"(?:INFO|WARNING) run (\S+) five (?:completed in|failed after) ",
+        lab.log_of("w1") + lab.log_of("w2"),
+    )
+    assert sorted(per_run) == sorted(run_ids.values())
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_run_on_the_queue(lab: FleetLab, fleet: Any, app: Any) -> None:
+    fleet.queue("statewise", polling_interval=0.1)
+    lab.start_worker("w1")
+    from statewise import fleet as fleet_module
+
+    _, _, helper = app
+    configured = fleet_module.configure(lab.url)
+    try:
+        handle = helper.enqueue("add milk", session_id="agent1", user_id="ann")
+        assert handle.status().status in ("queued", "running", "completed")
+        content = handle.result(timeout=RESULT_TIMEOUT)
+    finally:
+        configured.close()
+    assert "added" in content
+    assert len(helper.get_session_state("agent1")["items"]) == 1
+    runs = helper.db.read_runs("agent1")
+    assert [r.run_id for r in runs] == [handle.run_id]
+    assert runs[0].status == "completed"

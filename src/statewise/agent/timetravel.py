@@ -16,6 +16,7 @@ from statewise.db.base import split_records
 from statewise.db.records import NewEvent, ScopeKey
 from statewise.exceptions import SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
+from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
 from statewise.state.tracked import to_plain
 
 if TYPE_CHECKING:
@@ -42,18 +43,27 @@ class TimeTravel:
         """One entry per commit of the session's own state: version, run, step, sources,
         ops and conflicts."""
         _sid, key = self._session_key(session_id)
+        # History shows what changed, never a secret's value (stored ones are encrypted).
+        secrets = self._secret_keys(_sid)
         return [
             {
                 "version": d.version,
                 "run_id": d.run_id,
                 "step": d.step,
                 "sources": [s.source for s in d.segments],
-                "ops": d.ops,
-                "conflicts": d.conflicts,
+                "ops": [redact_op_value(op, secrets) for op in d.ops],
+                "conflicts": [redact_conflict(c, secrets) for c in d.conflicts],
                 "created_at": d.created_at,
             }
             for d in self._store.db.read_deltas(key, after_version=after_version, limit=limit)
         ]
+
+    def _secret_keys(self, session_id: str) -> frozenset[str]:
+        """The session's secret keys: declared here or recorded by its app."""
+        record = self._store.db.get_session(session_id)
+        if record is None or record.app_name is None:
+            return self._store.secret_keys
+        return self._store.app_secret_keys(record.app_name)
 
     def _version_of(self, key: ScopeKey, at: int | str | None) -> int:
         if at is None:
@@ -72,16 +82,18 @@ class TimeTravel:
     ) -> dict[str, Any]:
         """The session's own state at a version (int) or after a run (run id)."""
         _sid, key = self._session_key(session_id)
-        return self._store.scope_at(key, self._version_of(key, at))
+        return self._store.plain_scope_at(key, self._version_of(key, at))
 
     def diff_state(
         self, session_id: str | None = None, from_: int | str = 0, to: int | str | None = None
     ) -> list[dict[str, Any]]:
         """Path-by-path changes between two versions (or runs) of the session's state."""
         _sid, key = self._session_key(session_id)
-        before = self._store.scope_at(key, self._version_of(key, from_))
-        after = self._store.scope_at(key, self._version_of(key, to))
-        return [c.to_json() for c in diff_states(before, after)]
+        before = self._store.plain_scope_at(key, self._version_of(key, from_))
+        after = self._store.plain_scope_at(key, self._version_of(key, to))
+        secrets = self._secret_keys(_sid)
+        # A diff is a view of history: secret values show as "***".
+        return [redact_conflict(c.to_json(), secrets) for c in diff_states(before, after)]
 
     def rollback_state(
         self, session_id: str | None = None, *, to: int | str, include_shared: bool = False
@@ -93,7 +105,7 @@ class TimeTravel:
         """
         sid, key = self._session_key(session_id)
         version = self._version_of(key, to)
-        targets = {"": self._store.scope_at(key, version)}
+        targets = {"": self._store.plain_scope_at(key, version)}
         spec = self._spec(sid, None)
         working = self._store.checkout(spec)
         keep = True
@@ -112,7 +124,7 @@ class TimeTravel:
                         ),
                         default=0,
                     )
-                    targets[f"{shared.kind}:"] = self._store.scope_at(shared, shared_version)
+                    targets[f"{shared.kind}:"] = self._store.plain_scope_at(shared, shared_version)
             root = working.root
             with root.engine_writes():  # the engine's own keys (`__ttl__`) come back too
                 for prefix, target in targets.items():
@@ -143,7 +155,7 @@ class TimeTravel:
     ) -> str:
         """A new session starting from this one's state at a version/run (default: now)."""
         sid, key = self._session_key(session_id)
-        target = self._store.scope_at(key, self._version_of(key, at))
+        target = self._store.plain_scope_at(key, self._version_of(key, at))
         new_id = new_session_id or str(uuid.uuid4())
         source_record = self._store.db.get_session(sid)
         spec = self._spec(new_id, source_record.user_id if source_record else None)
@@ -204,10 +216,13 @@ def _restore(root: Any, prefix: str, target: dict[str, Any]) -> None:
     def in_scope(name: str) -> bool:
         return name.startswith(prefix) if prefix else ":" not in name
 
+    # The secrets registry only grows: a rollback never makes a secret key plain again.
     wanted = {
-        prefix + name: value for name, value in target.items() if name != "__ttl__" or not prefix
+        prefix + name: value
+        for name, value in target.items()
+        if (name != "__ttl__" or not prefix) and prefix + name != REGISTRY_KEY
     }
-    for name in [k for k in root if in_scope(k) and k not in wanted]:
+    for name in [k for k in root if in_scope(k) and k not in wanted and k != REGISTRY_KEY]:
         del root[name]
     for name, value in wanted.items():
         if name not in root or to_plain(root[name]) != value:

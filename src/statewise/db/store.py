@@ -34,12 +34,18 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import apply_segments
-from statewise.exceptions import StateError, StateValidationError, VersionConflict
+from statewise.exceptions import SecretsError, StateError, StateValidationError, VersionConflict
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
 from statewise.state.reserved import is_reserved
 from statewise.state.schema import StateSchema
-from statewise.state.secrets import Cipher, is_encrypted
+from statewise.state.secrets import (
+    REGISTRY_KEY,
+    Cipher,
+    is_encrypted,
+    redact_conflict,
+    registered_secrets,
+)
 from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 
 USER_PREFIX = "user:"
@@ -262,6 +268,7 @@ class StateStore:
         )
         self._cipher = cipher
         self._cache = _cache_for(db)
+        self._registries: dict[str, tuple[int, frozenset[str]]] = {}
 
     def on(self, db: BaseDb) -> StateStore:
         """The same rules, schema and secrets on another database."""
@@ -278,6 +285,58 @@ class StateStore:
         if self._cipher is None:
             self._cipher = Cipher.from_env()
         return self._cipher
+
+    # ---- which keys are secret: declared here, or recorded in the data -------------------
+
+    def secret_keys_in(self, state: Mapping[str, Any]) -> frozenset[str]:
+        """The secret keys of a checked-out (merged) state: the ones this store declares
+        and the ones its app's registry records (any agent of the app declared them)."""
+        return self.secret_keys | registered_secrets(state)
+
+    def app_secret_keys(self, app_name: str) -> frozenset[str]:
+        """The secret keys of every session of `app_name` (for readers without a checkout:
+        the HTTP API redacts with these)."""
+        key = ScopeKey("app", app_name)
+        version = self.db.probe("-", [key])[1][key]
+        cached = self._registries.get(app_name)
+        if cached is None or cached[0] != version:
+            data = self.db.load_scopes([key])[key].data
+            cached = (version, registered_secrets({REGISTRY_KEY: data.get("__secrets__")}))
+            self._registries[app_name] = cached
+        return self.secret_keys | cached[1]
+
+    def _register_secrets(self, ws: WorkingState) -> None:
+        """Record this store's declared secret keys in the app's registry (once per app),
+        so agents that declare nothing encrypt them too. Appends merge with concurrent
+        writers, so no agent's names are lost."""
+        known = registered_secrets(ws.root)
+        missing = self.secret_keys - known
+        if not missing or not ws.recorder.ops:
+            return
+        ws.mark("commit")
+        with ws.root.engine_writes():
+            registry = ws.root.get(REGISTRY_KEY)
+            if not isinstance(registry, list):
+                ws.root[REGISTRY_KEY] = sorted(missing)
+            else:
+                registry.extend(sorted(missing))
+        ws.mark("engine:secret_keys")
+
+    def _decrypt(self, full: str, value: Any) -> Any:
+        """An encrypted value decrypted. Any agent decrypts what it finds encrypted; one
+        that did not declare the key keeps the value as stored when it has no key."""
+        try:
+            return self.cipher.decrypt_value(value)
+        except SecretsError:
+            if full in self.secret_keys:
+                raise
+            return value
+
+    def plain_scope_at(self, key: ScopeKey, version: int) -> dict[str, Any]:
+        """A scope's state at `version`, names relative to the scope, secrets decrypted."""
+        prefix = _PREFIX[key.kind]
+        decoded = self._decode_scope(key, self.scope_at(key, version))
+        return {full[len(prefix) :]: value for full, value in decoded.items()}
 
     # ---- checkout / release ------------------------------------------------------------
 
@@ -373,8 +432,8 @@ class StateStore:
         out = {}
         for name, value in data.items():
             full = prefix + name
-            if full in self.secret_keys and is_encrypted(value):
-                value = self.cipher.decrypt_value(value)
+            if is_encrypted(value):
+                value = self._decrypt(full, value)
             out[full] = value
         return out
 
@@ -424,6 +483,7 @@ class StateStore:
     ) -> Committed:
         """Persist the pending ops with `events` (and `run`), rebasing on lost races."""
         self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
+        self._register_secrets(ws)
         pending = _Pending(segments=ws.take_segments(source))
         attempt = 0
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
@@ -460,11 +520,12 @@ class StateStore:
             for segment in e.data["segments"]
             for op in segment["ops"]
         ]
+        secrets = self.secret_keys_in(ws.root)
         return Committed(
             versions={w.key: result.versions[w.key] for w in commit.writes},
             last_seq=result.last_seq,
             changes=changes,
-            conflicts=list(pending.conflicts),
+            conflicts=[redact_conflict(c, secrets) for c in pending.conflicts],
         )
 
     def _build_commit(
@@ -477,13 +538,14 @@ class StateStore:
         step: int | None,
     ) -> Commit:
         spec = ws.spec
+        secrets = self.secret_keys_in(ws.root)
         by_scope: dict[str, list[DeltaSegment]] = {}
         for source, ops in pending.segments:
             split: dict[str, list[dict[str, Any]]] = {}
             for op in ops:
                 kind = scope_of(str(op.path[0]))[0]
                 if kind != "temp":
-                    split.setdefault(kind, []).append(self._encode_op(op, ws.root, kind))
+                    split.setdefault(kind, []).append(self._encode_op(op, ws.root, kind, secrets))
             for kind, encoded in split.items():
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
@@ -496,8 +558,11 @@ class StateStore:
             size = ws.sizes.setdefault(key, _Sizes())
             snapshot = None
             if size.tail_bytes + delta_bytes > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES):
-                snapshot = self._scope_snapshot(ws, key)
-            conflicts = [c for c in pending.conflicts if c["scope"] == key.kind]
+                snapshot = self._scope_snapshot(ws, key, secrets)
+            # Conflict records are stored and logged with secret values hidden.
+            conflicts = [
+                redact_conflict(c, secrets) for c in pending.conflicts if c["scope"] == key.kind
+            ]
             write = ScopeWrite(
                 key=key,
                 base_version=ws.versions.get(key, 0),
@@ -516,14 +581,16 @@ class StateStore:
                         "scope_id": key.id,
                         "version": write.base_version + 1,
                         "step": step,
-                        "segments": [self._redacted(s, key.kind) for s in segments],
+                        "segments": [self._redacted(s, key.kind, secrets) for s in segments],
                     },
                 )
             )
         for conflict in pending.conflicts:
             all_events.append(
                 NewEvent(
-                    type="conflict_resolved", run_id=run_id, data=self._redact_conflict(conflict)
+                    type="conflict_resolved",
+                    run_id=run_id,
+                    data=redact_conflict(conflict, secrets),
                 )
             )
         session = ws.record or SessionRecord(
@@ -542,11 +609,13 @@ class StateStore:
             step=step,
         )
 
-    def _encode_op(self, op: Op, root: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    def _encode_op(
+        self, op: Op, root: Mapping[str, Any], kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
         """An op as stored: path relative to its scope; secrets whole and encrypted."""
         full = str(op.path[0])
         name = scope_of(full)[1]
-        if full in self.secret_keys:
+        if full in secrets:
             if full not in root:
                 return {"op": "delete", "path": [name]}
             value = self.cipher.encrypt_value(to_plain(root[full]))
@@ -556,30 +625,29 @@ class StateStore:
             data["path"] = [name, *data["path"][1:]]
         return data
 
-    def _redacted(self, segment: DeltaSegment, kind: str) -> dict[str, Any]:
-        secret_names = {scope_of(k)[1] for k in self.secret_keys if scope_of(k)[0] == kind}
-        if not secret_names:
-            return segment.to_dict()
+    def _redacted(
+        self, segment: DeltaSegment, kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """A delta segment as the event log shows it: secret (and encrypted) values hidden."""
+        secret_names = {scope_of(k)[1] for k in secrets if scope_of(k)[0] == kind}
         ops = [
-            {**raw, "value": "***"} if raw["path"][0] in secret_names and "value" in raw else raw
+            {**raw, "value": "***"}
+            if "value" in raw and (raw["path"][0] in secret_names or is_encrypted(raw["value"]))
+            else raw
             for raw in segment.ops
         ]
         return {"source": segment.source, "ops": ops}
 
-    def _redact_conflict(self, conflict: dict[str, Any]) -> dict[str, Any]:
-        path = conflict.get("path") or [""]
-        if path and path[0] in self.secret_keys:
-            return {**conflict, "base": "***", "theirs": "***", "ours": "***", "resolved": "***"}
-        return conflict
-
-    def _scope_snapshot(self, ws: WorkingState, key: ScopeKey) -> dict[str, Any]:
+    def _scope_snapshot(
+        self, ws: WorkingState, key: ScopeKey, secrets: frozenset[str]
+    ) -> dict[str, Any]:
         prefix = _PREFIX[key.kind]
         out = {}
         for full, value in ws.root.items():
             if scope_of(full)[0] != key.kind:
                 continue
             plain = to_plain(value)
-            if full in self.secret_keys:
+            if full in secrets:
                 plain = self.cipher.encrypt_value(plain)
             out[full[len(prefix) :]] = plain
         return out

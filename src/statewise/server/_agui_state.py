@@ -153,7 +153,7 @@ class StateSync:
             prefix = _PREFIX[key.kind]
             for name, value in self.store.scope_at(key, versions.get(key, 0)).items():
                 full = prefix + name
-                if full in self.store.secret_keys and is_encrypted(value):
+                if full in self.served.secret_keys and is_encrypted(value):
                     value = self.store.cipher.decrypt_value(value)
                 data[full] = value
         recorder = Recorder()

@@ -8,7 +8,6 @@
     │   ├── StateValidationError      a write that breaks state_schema (names key and reason)
     │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
     │   ├── StateConflictError        a `strict` key set to different values concurrently
-    │   ├── StateTooLargeError        a commit bigger than the size limit
     │   ├── ReservedKeyError          a reserved name (`__ttl__`, any `__x__`) written
     │   ├── TemplateKeyError          `strict_templates=True`: instructions name a missing key
     │   └── TempScopeError            a `temp:` key written outside a run
@@ -111,10 +110,6 @@ class StateConflictError(StateError):
 
 class ReservedKeyError(StateError, ValueError):
     """Names like `__ttl__` (any `__x__`) hold the engine's bookkeeping; only it writes them."""
-
-
-class StateTooLargeError(StateError, ValueError):
-    """One commit's state changes exceed the size limit."""
 
 
 class TempScopeError(StateError):

@@ -20,6 +20,7 @@ from statewise.exceptions import (
     DatabaseUnavailableError,
     InvalidApprovalError,
     InvalidIdError,
+    InvalidInputError,
     ModelError,
     RunError,
     RunNotFoundError,
@@ -96,6 +97,8 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(409, str(exc), title="State conflict")
     if isinstance(exc, StateError):
         return Problem(422, str(exc), title="Invalid state change")
+    if isinstance(exc, InvalidInputError):
+        return Problem(422, str(exc), title="Invalid run input")
     if isinstance(exc, DatabaseUnavailableError):
         return Problem(503, str(exc), title="Database unavailable")
     if isinstance(exc, StorageError):

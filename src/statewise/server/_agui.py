@@ -123,7 +123,7 @@ def _session_spec(served: Served, session_id: str, user_id: str | None) -> Sessi
                 "text/event-stream": {"schema": {"type": "string", "description": "AG-UI events"}}
             },
         },
-        **problems(*BODY, *AUTH, 404, 409, *DB, 502),
+        **problems(*BODY, *AUTH, 404, 409, 410, *DB, 502),
     },
 )
 async def agui_run(

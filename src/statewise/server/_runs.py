@@ -91,7 +91,7 @@ async def _start(
     )
 
 
-RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, *DB, 502)
+RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, 410, *DB, 502)
 
 
 async def _prepare(

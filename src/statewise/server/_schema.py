@@ -58,6 +58,7 @@ _WHY: dict[int, str] = {
     403: "The API key may not do this, or (no API keys configured) the client is remote",
     404: "No such session, run, agent, team or workflow (others' sessions look absent)",
     409: "Conflict: the session already exists, or a change conflicts with another",
+    410: "The session was deleted while the request was using it",
     412: "If-Match names a stale state version; `current_version` is the latest",
     413: "The request body is larger than the server's limit",
     422: "The request is well-formed but invalid; `errors` lists each reason",
@@ -100,7 +101,7 @@ _HEADERS: dict[str, dict[str, Any]] = {
 AUTH = (401, 403)  # every /v1 route: a missing/invalid key; a remote client without keys
 DB = (500, 503)  # anything that reads or writes the database
 BODY = (400, 413, 422)  # anything with a JSON body
-SESSION = (400, *AUTH, 404, 422, *DB)  # routes under /v1/sessions/{session_id}
+SESSION = (400, *AUTH, 404, 410, 422, *DB)  # routes under /v1/sessions/{session_id}
 
 # ---- the session state -------------------------------------------------------------------
 

@@ -102,7 +102,7 @@ def _raw_storage(harness: Harness) -> bytes:
 
         schema: str = harness.schema  # type: ignore[attr-defined]
         url: str = harness.url  # type: ignore[attr-defined]
-        chunks = []
+        chunks: list[str] = []
         with psycopg.connect(url, autocommit=True) as conn:
             tables = conn.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
@@ -117,30 +117,28 @@ def _raw_storage(harness: Harness) -> bytes:
 
     prefix: str = harness.prefix  # type: ignore[attr-defined]
     url = harness.url  # type: ignore[attr-defined]
-    client = redis.Redis.from_url(url)
-    out = b""
+    client: Any = redis.Redis.from_url(url)
+    parts: list[bytes] = []
     keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
     assert keys
     for key in keys:
         kind = client.type(key)
         if kind == b"string":
-            out += client.get(key) or b""
+            parts.append(client.get(key) or b"")
         elif kind == b"hash":
-            for k, v in client.hgetall(key).items():
-                out += k + b"=" + v + b"\n"
+            parts.extend(k + b"=" + v for k, v in client.hgetall(key).items())
         elif kind == b"list":
-            out += b"\n".join(client.lrange(key, 0, -1))
+            parts.extend(client.lrange(key, 0, -1))
         elif kind == b"zset":
-            out += b"\n".join(client.zrange(key, 0, -1))
+            parts.extend(client.zrange(key, 0, -1))
         elif kind == b"set":
-            out += b"\n".join(client.smembers(key))
+            parts.extend(client.smembers(key))
         elif kind == b"stream":
-            for _id, fields in client.xrange(key):
-                out += repr(fields).encode()
+            parts.extend(repr(fields).encode() for _id, fields in client.xrange(key))
         else:
             pytest.fail(f"unexpected Redis type {kind!r} for {key!r}")
     client.close()
-    return out
+    return b"\n".join(parts)
 
 
 def _leaks(blob: bytes | str) -> list[str]:

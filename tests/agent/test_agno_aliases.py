@@ -13,6 +13,7 @@ from statewise import Agent, Loop, StepInput, StepOutput, Team, Workflow
 from statewise.db import SqliteDb, SqliteStorage
 from statewise.exceptions import ConfigurationError, StorageError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo
+from statewise.state.tracked import TrackedDict
 
 
 def add_item(session_state: dict[str, Any], item: str) -> str:
@@ -68,7 +69,7 @@ def test_workflow_and_team_take_storage(tmp_path: Path) -> None:
 def test_loop_end_condition_gets_the_iteration_outputs_positionally() -> None:
     seen: list[list[Any]] = []
 
-    def bump(step_input: StepInput, session_state: dict[str, Any]) -> int:
+    def bump(step_input: StepInput, session_state: TrackedDict) -> int:
         session_state.increment("n")
         return int(session_state["n"])
 

@@ -6,7 +6,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import pytest
 from pydantic import BaseModel
@@ -21,7 +21,7 @@ from statewise.exceptions import (
     StateValidationError,
 )
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
-from statewise.state.merge import rule_name
+from statewise.state.reducers import Rule, rule_name
 
 
 def adder_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
@@ -223,7 +223,7 @@ def test_last_write_wins_conflicts_are_recorded_and_strict_raises(tmp_path: Path
             tools=[slow_set],
             db=db,
             session_state={"color": "none"},
-            state_rules={"color": rule},
+            state_rules={"color": cast(Rule, rule)},
         )
         agent.run("init", session_id="c")
         started.clear()
@@ -254,7 +254,7 @@ def test_last_write_wins_conflicts_are_recorded_and_strict_raises(tmp_path: Path
 
 def test_unknown_reducer_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="sum"):
-        Agent(state_rules={"n": "average"})
+        Agent(state_rules={"n": "average"})  # type: ignore[dict-item]
 
 
 def test_app_scope_is_shared_by_sessions_of_the_same_app() -> None:

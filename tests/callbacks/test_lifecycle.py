@@ -176,7 +176,7 @@ def test_every_writer_is_persisted_at_its_commit_point(tmp_path: Path) -> None:
     assert set(final) == run_start | step1 | step2 | {"output_key", "after_agent_callback"}
     assert final["output_key"] == "done"
     # The table: each writer's key first shows up after the commit point the docs name.
-    first_seen = {}
+    first_seen: dict[str, str] = {}
     for where, persisted in observations:
         for key in persisted:
             first_seen.setdefault(key.split("#")[0], where)

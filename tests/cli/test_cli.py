@@ -220,15 +220,43 @@ def test_state_history_and_diff(workdir: Path) -> None:
     assert code == 2 and "run 'nosuchrun' made no change" in err
 
 
-def test_demo_hint_works(workdir: Path) -> None:
+def test_demo_hint_works_from_any_directory_and_any_shell(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     code, out, err = invoke("demo", "--db-file", "tmp/demo.db")
     assert code == 0, err
-    assert "statewise state show alice-groceries --db sqlite:///tmp/demo.db" in out.replace(
-        "\n", ""
-    )
-    code, out, err = invoke("state", "show", "alice-groceries", "--db", "sqlite:///tmp/demo.db")
+    absolute = (workdir / "tmp" / "demo.db").resolve()
+    hint = f'statewise state show alice-groceries --db "sqlite:///{absolute}"'
+    assert hint in out
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    url = hint.split('"')[1]
+    code, out, err = invoke("state", "show", "alice-groceries", "--db", url)
     assert code == 0, err
     assert "user alice" in out and '"bananas"' in out
+    # The hint after `statewise run` and under `state history` is quoted and absolute too.
+    monkeypatch.chdir(workdir)
+    _, _, err = invoke("run", "my_agent.py", "hi", "--db", "sqlite:///tmp/run.db")
+    assert f'--db "sqlite:///{(workdir / "tmp" / "run.db").resolve()}"' in err
+
+
+def test_versions_beyond_the_current_one_are_errors(workdir: Path) -> None:
+    db = f"sqlite:///{workdir / 'v.db'}"
+    assert invoke("run", "my_agent.py", "remember tea", "--session", "v", "--db", db)[0] == 0
+    code, out, _ = invoke("state", "show", "v", "--db", db)
+    assert code == 0 and "version 2" in out
+    for args in (
+        ("show", "v", "--at", "99"),
+        ("diff", "v", "--from", "99"),
+        ("diff", "v", "--from", "0", "--to", "99"),
+    ):
+        code, out, err = invoke("state", *args, "--db", db)
+        assert code == 2, (args, out)
+        assert "there is no version 99" in err and "is at version 2" in err
+        assert out == ""
+    code, out, _ = invoke("state", "show", "v", "--at", "2", "--db", db, "--json")
+    assert code == 0 and json.loads(out)["items"] == ["tea"]
 
 
 def test_help_is_there_for_a_newcomer() -> None:

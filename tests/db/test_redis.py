@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -62,7 +62,11 @@ def test_commit_probe_and_load_are_one_round_trip_each(redis_url: str, prefix: s
                 db.commit(commit)
                 trips.append(proxy.round_trips - before)
             assert trips == [1] * 5
-            for read in (lambda: db.probe("s1", keys), lambda: db.load_scopes(keys)):
+            reads: list[Callable[[], object]] = [
+                lambda: db.probe("s1", keys),
+                lambda: db.load_scopes(keys),
+            ]
+            for read in reads:
                 before = proxy.round_trips
                 read()
                 assert proxy.round_trips - before == 1

@@ -37,13 +37,14 @@ def test_invalid_arguments(raw: str, error: str) -> None:
 
 def test_assembler_merges_by_index_in_index_order() -> None:
     assembler = StreamAssembler()
-    for chunk in [
+    chunks: list[TextDelta | ToolCallDelta] = [
         ToolCallDelta(index=1, id="b", name="second", arguments_delta='{"x"'),
         TextDelta(content="a"),
         ToolCallDelta(index=0, id="a", name="first"),
         ToolCallDelta(index=1, id="", name="", arguments_delta=": 1}"),
         TextDelta(content="b"),
-    ]:
+    ]
+    for chunk in chunks:
         assert assembler.add(chunk) is chunk
     assert assembler.response() == ModelResponse(
         content="ab",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from statewise.exceptions import ConfigurationError
+from statewise.exceptions import CassetteExhaustedError, CassetteMismatchError, ConfigurationError
 from statewise.models import (
     FunctionModel,
     Message,
@@ -19,7 +19,6 @@ from statewise.models import (
     ToolDefinition,
     Usage,
 )
-from statewise.models.replay import CassetteExhaustedError, CassetteMismatchError
 
 pytestmark = pytest.mark.anyio
 

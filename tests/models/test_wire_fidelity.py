@@ -22,6 +22,7 @@ from tests.models.fakes import FakeServer, Reply, SleepRecorder
 from tests.models.fakes import anthropic as claude_wire
 from tests.models.fakes import openai_chat as chat_wire
 from tests.models.fakes import openai_responses as responses_wire
+from tests.models.fakes.server import sse_event
 
 from statewise import Agent
 from statewise.exceptions import (
@@ -149,7 +150,7 @@ async def test_terminated_stream_still_completes(
 
 def claude_rate_limited() -> Reply:
     error = {"type": "rate_limit_error", "message": "Number of requests exceeded"}
-    return Reply(sse=[claude_wire.sse_event({"type": "error", "error": error}, "error")])
+    return Reply(sse=[sse_event({"type": "error", "error": error}, "error")])
 
 
 def responses_rate_limited(pieces: list[str]) -> Reply:
@@ -201,7 +202,7 @@ async def test_responses_failed_rate_limit_is_retried_then_typed(
 
 async def test_responses_error_event_is_typed(fake: FakeServer, retry: RetryPolicy) -> None:
     event = {"type": "error", "code": "insufficient_quota", "message": "You exceeded your quota"}
-    fake.enqueue(Reply(sse=[responses_wire.sse_event(event, "error")]))
+    fake.enqueue(Reply(sse=[sse_event(event, "error")]))
     with pytest.raises(ModelRateLimitError, match="insufficient_quota"):
         await collect(OpenAIResponses("m", base_url=fake.url, api_key="k", retry=retry))
     assert len(fake.received) == 1  # a spent quota does not come back on a retry

@@ -12,7 +12,7 @@ from statewise.server._auth import KeyRing, parse_keys
 from statewise.server._middleware import is_loopback
 from tests.server.conftest import ADMIN, ALICE, BOB, LiveServer
 
-SESSION_ROUTES = [
+SESSION_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
     ("get", "/v1/sessions/{sid}", {}),
     ("get", "/v1/sessions/{sid}/state", {}),
     ("put", "/v1/sessions/{sid}/state", {"json": {}}),

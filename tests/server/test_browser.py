@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ if not IN_CI:
         )
     pytest.importorskip("playwright", reason="pip install playwright (required when CI=true)")
 
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Dialog, Page, expect, sync_playwright  # noqa: E402
 
 SECRET = "sk-live-do-not-show"
 
@@ -126,8 +126,24 @@ def test_chat_watch_state_diff_rollback_fork(live_page: tuple[LiveServer, Page])
     )
     assert color not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)")
 
-    # roll back to before it: bread is gone, as a new version
+    # roll back to before it: first it asks; saying no changes nothing
     version_before = state_of(live, session_id)["version"]
+    asked: list[str] = []
+
+    def answer(accept: bool) -> Callable[[Dialog], None]:
+        def handle(dialog: Dialog) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        return handle
+
+    page.once("dialog", answer(False))
+    page.get_by_test_id("rollback-before").click()
+    expect(page.get_by_test_id("run-diff")).to_be_visible()
+    assert asked and "Roll the state back to version" in asked[0]
+    assert state_of(live, session_id)["version"] == version_before
+    # saying yes rolls back: bread is gone, as a new version
+    page.once("dialog", answer(True))
     page.get_by_test_id("rollback-before").click()
     expect(page.get_by_test_id("toast")).to_contain_text("Rolled back")
     expect(tree).not_to_contain_text('"bread"')
@@ -145,6 +161,16 @@ def test_chat_watch_state_diff_rollback_fork(live_page: tuple[LiveServer, Page])
     forked = page.get_by_test_id("session-select").input_value()
     assert forked
     assert state_of(live, forked)["state"]["items"] == ["milk", "eggs"]
+    # the fork keeps the chat that led there, says where it came from, and links back
+    banner = page.get_by_test_id("fork-banner")
+    expect(banner).to_contain_text(f"forked from {session_id} at version 2")
+    expect(page.get_by_test_id("messages")).to_contain_text("add milk, eggs")
+    expect(page.get_by_test_id("messages")).not_to_contain_text("add bread")
+    expect(page.get_by_test_id("run")).to_have_count(1)
+    page.get_by_test_id("fork-origin").click()
+    expect(page.get_by_test_id("session-select")).to_have_value(session_id)
+    expect(page.get_by_test_id("run")).to_have_count(2)
+    expect(banner).to_be_hidden()
 
     # the events view and no secret anywhere on the page
     page.get_by_test_id("show-events").check()

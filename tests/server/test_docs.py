@@ -75,7 +75,7 @@ def test_swagger_ui_renders_offline_after_asking_for_the_key(
                 f"no Chromium at {CHROMIUM}: apt-get install chromium (required when CI=true)"
             )
         pytest.importorskip("playwright", reason="pip install playwright (required when CI=true)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import Route, expect, sync_playwright
 
     from tests.server.test_browser import CHROMIUM_ARGS
 
@@ -84,10 +84,12 @@ def test_swagger_ui_renders_offline_after_asking_for_the_key(
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context()
         remote: list[str] = []
-        context.route(
-            re.compile(r"^(?!http://127\.0\.0\.1).*"),
-            lambda route: (remote.append(route.request.url), route.abort()),
-        )
+
+        def refuse(route: Route) -> None:
+            remote.append(route.request.url)
+            route.abort()
+
+        context.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), refuse)
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -15,6 +15,7 @@ if os.environ.get("CI", "").lower() != "true":
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import BaseModel
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -23,14 +24,28 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from statewise import Agent
 from statewise.db import InMemoryDb
+from statewise.models import FunctionModel
 from statewise.server import create_app
-from tests.server.conftest import LiveServer, make_agent, start_server, stop_server
+from tests.server.conftest import LiveServer, add_item, list_model, start_server, stop_server
 
 MAX_EXAMPLES = int(os.environ.get("STATEWISE_FUZZ_EXAMPLES", "12"))
 
 
-AGENT = make_agent(InMemoryDb(), secrets=False)
+class ListState(BaseModel):
+    items: list[str] = []
+    count: int = 0
+
+
+# A state_schema, so the responses' typed state is checked against it too.
+AGENT = Agent(
+    name="lister",
+    model=FunctionModel(list_model, id="list-player"),
+    db=InMemoryDb(),
+    state_schema=ListState,
+    tools=[add_item],
+)
 APP = create_app([AGENT])
 schema = schemathesis.openapi.from_dict(APP.openapi())
 

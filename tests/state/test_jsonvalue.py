@@ -88,8 +88,8 @@ def test_copy_json_is_deep_and_plain() -> None:
     class D(dict[str, Any]):
         pass
 
-    value = {"a": [1, {"b": [2]}], "c": D(x=[1])}
-    out = copy_json(value)
+    value: Any = {"a": [1, {"b": [2]}], "c": D(x=[1])}
+    out: Any = copy_json(value)
     assert out == value
     assert out["a"][1]["b"] is not value["a"][1]["b"]
     assert type(out["c"]) is dict

@@ -20,7 +20,7 @@ def run_writer(base: dict[str, Any], fn: Any) -> list[Op]:
 
 
 def after(base: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
-    doc = copy_json(base)
+    doc: dict[str, Any] = copy_json(base)
     apply_ops(doc, ops)
     return doc
 
@@ -42,7 +42,12 @@ def test_two_counters_with_sum_rule_both_count() -> None:
 def test_sum_chains_over_several_of_our_writes() -> None:
     base: dict[str, Any] = {}
     theirs = run_writer(base, counter)
-    ours = run_writer(base, lambda s: (counter(s), counter(s)))
+
+    def counter_twice(state: Any) -> None:
+        counter(state)
+        counter(state)
+
+    ours = run_writer(base, counter_twice)
     latest = after(base, theirs)
     rebase(latest, theirs, ours, Rules({"n": "sum"}))
     assert latest == {"n": 3}

@@ -1,7 +1,7 @@
 import copy
 import json
 import pickle
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +20,7 @@ def make(data: dict[str, Any]) -> tuple[TrackedDict, Recorder, dict[str, Any]]:
 
 
 def replayed(start: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
-    doc = copy_json(start)
+    doc: dict[str, Any] = copy_json(start)
     apply_ops(doc, ops)
     return doc
 
@@ -300,7 +300,7 @@ def mutate(data: st.DataObject, target: Any) -> None:
             and isinstance(target.get(key, 0), int)
             and not isinstance(target.get(key), bool)
         ):
-            target.increment(key, data.draw(st.integers(-3, 3)))
+            cast(TrackedDict, target).increment(key, data.draw(st.integers(-3, 3)))
         elif action == "clear" and data.draw(st.integers(0, 5)) == 0:
             target.clear()
         elif action == "setdefault":

@@ -188,7 +188,7 @@ def test_team_as_a_workflow_step_commits_with_the_step() -> None:
 
 def test_bad_members_are_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"members\[1\] is not an Agent or Team"):
-        Team(members=[member("a", add_item), "b"])
+        Team(members=[member("a", add_item), "b"])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="named 'a'"):
         Team(members=[member("a", add_item), member("a", add_item)])
     with pytest.raises(ConfigurationError, match="mode"):

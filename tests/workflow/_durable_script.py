@@ -18,6 +18,7 @@ from typing import Any
 from statewise import Agent, Step, StepInput, Workflow
 from statewise.db import SqliteDb
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from statewise.state.tracked import TrackedDict
 
 DB_FILE, SIDE_FILE, SESSION_ID, MODE = sys.argv[1:5]
 
@@ -42,7 +43,7 @@ def function_step(n: int) -> Any:
     return fn
 
 
-def record(session_state: dict[str, Any], note: str) -> str:
+def record(session_state: TrackedDict, note: str) -> str:
     """Write a note into state.
 
     Args:

@@ -25,6 +25,7 @@ from statewise.db import InMemoryDb, SqliteDb
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.run.events import StepCompleted, StepStarted
+from statewise.state.tracked import TrackedDict
 
 
 def note(name: str) -> Any:
@@ -240,12 +241,12 @@ def test_router_unknown_name_fails_the_run_clearly() -> None:
 
 
 def test_loop_until_end_condition_or_bound() -> None:
-    def bump(step_input: StepInput, session_state: dict[str, Any]) -> int:
+    def bump(step_input: StepInput, session_state: TrackedDict) -> int:
         session_state.increment("n")
         return int(session_state["n"])
 
     def done(outputs: list[StepOutput], iteration: int) -> bool:
-        return outputs[-1].content >= 3
+        return bool(outputs[-1].content >= 3)
 
     wf = Workflow(name="w", steps=[Loop("l", steps=[bump], end_condition=done, max_iterations=10)])
     assert wf.run("x").session_state == {"n": 3}

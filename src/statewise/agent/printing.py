@@ -31,12 +31,15 @@ class _Printer:
         self.console.print(Panel(Text(input), title="Message", border_style="cyan"))
 
     def handle(self, event: RunEvent) -> None:
+        if isinstance(event, ContentDelta) and event.member_of:
+            return  # a team member's answer reaches the leader, which answers the user
         if isinstance(event, ContentDelta) and self.stream:
             self.console.print(event.content, end="", markup=False, highlight=False)
             self.streamed = True
         elif isinstance(event, ToolCallStarted) and self.show_tool_calls:
             args = json.dumps(event.arguments, ensure_ascii=False)
-            self.console.print(Text(f"• {event.tool_name}({args})", style="dim"))
+            who = f"{event.agent_name}: " if event.member_of and event.agent_name else ""
+            self.console.print(Text(f"• {who}{event.tool_name}({args})", style="dim"))
         elif isinstance(event, ToolCallCompleted) and self.show_tool_calls and event.is_error:
             self.console.print(Text(f"  ✗ {event.result}", style="red"))
         elif isinstance(event, RunCompleted):

@@ -6,6 +6,7 @@ recorded with a `rollback` event; a fork is a new session that starts from a pas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterable
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import split_records
-from statewise.db.records import NewEvent, ScopeKey
+from statewise.db.records import NewEvent, RunRecord, ScopeKey
 from statewise.exceptions import SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
 from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
@@ -153,9 +154,12 @@ class TimeTravel:
         at: int | str | None = None,
         new_session_id: str | None = None,
     ) -> str:
-        """A new session starting from this one's state at a version/run (default: now)."""
+        """A new session starting from this one's state at a version/run (default: now),
+        with the runs (the chat history) that led there. Its `forked` event names the
+        session and the version it came from."""
         sid, key = self._session_key(session_id)
-        target = self._store.plain_scope_at(key, self._version_of(key, at))
+        version = self._version_of(key, at)
+        target = self._store.plain_scope_at(key, version)
         new_id = new_session_id or str(uuid.uuid4())
         source_record = self._store.db.get_session(sid)
         spec = self._spec(new_id, source_record.user_id if source_record else None)
@@ -167,17 +171,45 @@ class TimeTravel:
             with working.root.engine_writes():
                 for name, value in target.items():
                     working.root[name] = value
+            event = {"from_session": sid, "at": at, "version": version}
             self._store.commit(
                 working,
                 source=f"fork:{sid}",
-                events=[NewEvent(type="forked", data={"from_session": sid, "at": at})],
+                events=[NewEvent(type="forked", data=event)],
             )
+            for run in self._runs_up_to(sid, key, version):
+                self._store.commit(
+                    working,
+                    run=dataclasses.replace(run, session_id=new_id),
+                    source=f"fork:{sid}",
+                )
         except BaseException:
             keep = False
             raise
         finally:
             self._store.release(working, keep=keep)
         return new_id
+
+    def _runs_up_to(self, session_id: str, key: ScopeKey, version: int) -> list[RunRecord]:
+        """The finished runs of a session whose state changes all lie at or before
+        `version` (a run that changed nothing counts by its time)."""
+        deltas = self._store.db.read_deltas(key)
+        last_version: dict[str, int] = {}
+        for delta in deltas:
+            if delta.run_id:
+                last_version[delta.run_id] = max(last_version.get(delta.run_id, 0), delta.version)
+        later = [d.created_at for d in deltas if d.version > version]
+        cutoff = min(later) if later else float("inf")
+        kept = []
+        for run in self._store.db.read_runs(session_id):
+            if run.status not in ("completed", "failed"):
+                continue
+            if run.run_id in last_version:
+                if last_version[run.run_id] <= version:
+                    kept.append(run)
+            elif run.created_at < cutoff:
+                kept.append(run)
+        return kept
 
     # ---- export / import ---------------------------------------------------------------
 

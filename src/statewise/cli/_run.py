@@ -121,15 +121,27 @@ def run_queries(
         if show_state:
             console.print(Text("[state]:", style="dim"))
             console.print_json(data=output.session_state)
-    url = db or db_url_of(getattr(agent, "db", None)) or "URL"
+    url = db or db_url_of(getattr(agent, "db", None))
+    where = f" --db {hint_url(url)}" if url else ""
     err_console.print(
         Text(
             f"session {session_id}: continue it with --session {session_id}; inspect it with "
-            f"`statewise state show {session_id} --db {url}`",
+            f"`statewise state show {session_id}{where or ' --db URL'}`",
             style="dim",
         ),
         soft_wrap=True,
     )
+
+
+def hint_url(url: str) -> str:
+    """A database URL to paste into any shell from any directory: a relative SQLite path
+    made absolute, in double quotes (which bash, zsh, fish, PowerShell and cmd all take)."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        path = url[len(prefix) :]
+        if path and path != ":memory:":
+            url = prefix + str(Path(path).resolve())
+    return f'"{url}"'
 
 
 def db_url_of(db: Any) -> str | None:

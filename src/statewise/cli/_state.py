@@ -13,6 +13,7 @@ from rich.text import Text
 
 from statewise.agent.timetravel import TimeTravel
 from statewise.cli._errors import CliError
+from statewise.cli._run import hint_url
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
 from statewise.db.store import SessionSpec, StateStore
@@ -83,12 +84,29 @@ def version_arg(value: str | None) -> int | str | None:
     return int(value) if value.isdigit() else value
 
 
+def existing_version(
+    session_id: str, option: str, value: str | None, current: int
+) -> int | str | None:
+    """`value` as a version or run id; a version beyond the session's current one is an
+    error, not the current state under another number."""
+    version = version_arg(value)
+    if isinstance(version, int) and version > current:
+        raise CliError(
+            f"{option} {version}: session {session_id!r} is at version {current}; "
+            f"there is no version {version} yet",
+            hint=f"Versions go from 0 to {current}: statewise state history {session_id} "
+            "lists them.",
+        )
+    return version
+
+
 def show(console: Console, db: BaseDb, session_id: str, at: str | None, as_json: bool) -> None:
     reader = SessionReader(db)
     spec, state, version = reader.current(session_id)
     if at is not None:
+        wanted = existing_version(session_id, "--at", at, version)
         try:
-            state = reader.get_state_at(session_id, version_arg(at))
+            state = reader.get_state_at(session_id, wanted)
         except StatewiseError as exc:
             raise CliError(str(exc)) from None
     if as_json:
@@ -150,7 +168,7 @@ def history(
     console.print(
         Text(
             f"Compare two versions: statewise state diff {session_id} --from 0 --to "
-            f"{deltas[-1].version} --db {url}",
+            f"{deltas[-1].version} --db {hint_url(url)}",
             style="dim",
         )
     )
@@ -165,8 +183,11 @@ def diff(
     as_json: bool,
 ) -> None:
     reader = SessionReader(db)
+    _, _, version = reader.current(session_id)
+    start = existing_version(session_id, "--from", from_, version)
+    end = existing_version(session_id, "--to", to, version)
     try:
-        changes = reader.diff_state(session_id, from_=version_arg(from_) or 0, to=version_arg(to))
+        changes = reader.diff_state(session_id, from_=start or 0, to=end)
     except CliError:
         raise
     except StatewiseError as exc:

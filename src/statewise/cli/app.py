@@ -100,9 +100,14 @@ def demo(
         console.print("Session state:", Pretty(agent.get_session_state(session_id)))
     console.rule()
     console.print(f"The sessions are stored in [bold]{db_file.resolve()}[/]")
+    from statewise.cli._run import hint_url
+
     console.print(
         "Run it again: the state carries over. Inspect it with "
-        f"`statewise state show alice-groceries --db sqlite:///{db_file}`."
+        f"`statewise state show alice-groceries --db {hint_url(f'sqlite:///{db_file}')}`.",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
 
 

@@ -19,8 +19,12 @@ class RunStarted:
 
 @dataclass(kw_only=True, slots=True)
 class ContentDelta:
+    """Text as the model streams it. `member_of` names the team when a team member (not
+    the team's leader) wrote it."""
+
     content: str
     agent_name: str | None = None
+    member_of: str | None = None
     event: Literal["content_delta"] = "content_delta"
 
 
@@ -30,6 +34,7 @@ class ToolCallStarted:
     tool_name: str
     arguments: dict[str, Any]
     agent_name: str | None = None
+    member_of: str | None = None
     event: Literal["tool_call_started"] = "tool_call_started"
 
 
@@ -40,6 +45,7 @@ class ToolCallCompleted:
     result: str
     is_error: bool = False
     agent_name: str | None = None
+    member_of: str | None = None
     event: Literal["tool_call_completed"] = "tool_call_completed"
 
 
@@ -50,6 +56,7 @@ class StateChanged:
     versions: dict[str, int]
     ops: list[dict[str, Any]] = field(default_factory=list)
     step: int | None = None
+    member_of: str | None = None
     event: Literal["state_changed"] = "state_changed"
 
 

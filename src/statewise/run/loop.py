@@ -9,6 +9,8 @@ that call's state writes are undone.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -157,6 +159,7 @@ async def run_steps(
                         "step": step,
                         "message": assistant.to_dict(),
                         "usage": response.usage.to_dict(),
+                        "request": _request_record(rt, scope, system, request.messages),
                     },
                 )
             ]
@@ -168,16 +171,22 @@ async def run_steps(
                     agent_name=rt.name,
                 )
                 observed_tool = _observe.tool_started(ctx, scope, call)
+                outcome: list[tuple[str, bool] | PendingToolCall] = []
                 try:
-                    outcome = await call_tool(rt, scope, ctx, call)
+                    if stream:
+                        # Agents the tool runs (team members) stream their events live.
+                        async for event in _call_tool_relaying(rt, scope, ctx, call, outcome):
+                            yield event
+                    else:
+                        outcome.append(await call_tool(rt, scope, ctx, call))
                 except BaseException as exc:
                     _observe.finish(observed_tool, exc)
                     raise
-                if isinstance(outcome, PendingToolCall):
+                if isinstance(outcome[0], PendingToolCall):
                     _observe.tool_finished(observed_tool, "paused: waiting for an answer", False)
-                    result.pending.append(outcome)
+                    result.pending.append(outcome[0])
                     continue
-                text, is_error = outcome
+                text, is_error = outcome[0]
                 _observe.tool_finished(observed_tool, text, is_error)
                 metrics.tool_calls += 1
                 result.messages.append(
@@ -258,6 +267,35 @@ def _check_response(response: ModelResponse) -> None:
             call.arguments = {}
 
 
+_KEEP_CHARS = 8000
+
+
+def _request_record(
+    rt: AgentRuntime, scope: RunScope, system: str | None, messages: list[Message]
+) -> dict[str, Any]:
+    """What the model was sent, for the event log: the system prompt as rendered and the
+    messages new since the model's last answer (earlier ones are in earlier events), each
+    cut at a few thousand characters. A prompt showing secrets to the model is not kept."""
+    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and (
+        scope.store.secret_keys_in(scope.working.root)
+    )
+    if system is not None and exposes:
+        system = "(not recorded: it shows secret values to the model)"
+    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    new = [m for m in messages[last_answer + 1 :] if m.role != "system"]
+    return {
+        "system": _cut(system),
+        "message_count": len(messages),
+        "new_messages": [{**m.to_dict(), "content": _cut(m.content)} for m in new[-20:]],
+    }
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= _KEEP_CHARS:
+        return text
+    return text[:_KEEP_CHARS] + f"… ({len(text) - _KEEP_CHARS} more characters)"
+
+
 def as_response(value: Any, what: str) -> ModelResponse | None:
     """What a model callback returned, as a response: None (go on), a ModelResponse, or a
     str (a text answer)."""
@@ -272,6 +310,45 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
 
 class ToolResultError(ValueError):
     """A tool returned something that cannot be stored or sent to the model."""
+
+
+EVENT_SINK = "statewise.event_sink"
+"""`RunContext.metadata` key of the queue where a streamed run collects the events of the
+agents a tool runs inside it (team members), to yield them as they happen."""
+
+
+async def _call_tool_relaying(
+    rt: AgentRuntime,
+    scope: RunScope,
+    ctx: RunContext,
+    call: ToolCall,
+    outcome: list[tuple[str, bool] | PendingToolCall],
+) -> AsyncIterator[RunEvent]:
+    """`call_tool`, yielding the events nested runs put in the sink while it runs."""
+    sink: asyncio.Queue[RunEvent] = asyncio.Queue()
+    previous = ctx.metadata.get(EVENT_SINK)
+    ctx.metadata[EVENT_SINK] = sink
+    task = asyncio.ensure_future(call_tool(rt, scope, ctx, call))
+    try:
+        while not task.done():
+            getter = asyncio.ensure_future(sink.get())
+            done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield getter.result()
+            else:
+                getter.cancel()
+        while not sink.empty():
+            yield sink.get_nowait()
+        outcome.append(task.result())
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if previous is None:
+            ctx.metadata.pop(EVENT_SINK, None)
+        else:
+            ctx.metadata[EVENT_SINK] = previous
 
 
 def _pending(call: ToolCall, kind: str, reason: str | None) -> PendingToolCall:

@@ -22,7 +22,7 @@ from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.run.context import RunContext
 from statewise.run.driver import run_nested
-from statewise.run.loop import StepsResult
+from statewise.run.loop import EVENT_SINK, StepsResult
 from statewise.run.scope import RunScope
 from statewise.tools.function import Function
 
@@ -127,9 +127,15 @@ class Team(Agent):
             scope = RunScope(store=run_context._store, working=working, run_id=run_context.run_id)
         savepoint = working.recorder.savepoint()
         result = StepsResult()
+        sink = run_context.metadata.get(EVENT_SINK)
         try:
-            async for _event in run_nested(member._runtime(), scope, run_context, task, result):
-                pass
+            async for event in run_nested(
+                member._runtime(), scope, run_context, task, result, stream=sink is not None
+            ):
+                if sink is not None:  # a streamed run: the member's events go out live
+                    if getattr(event, "member_of", "") is None:
+                        event.member_of = self.name or "team"  # type: ignore[union-attr]
+                    sink.put_nowait(event)
         except Exception as exc:
             # The member may have committed some of its steps: keep those, undo the rest.
             working.recorder.rollback(max(savepoint, working.clean))

@@ -168,9 +168,20 @@ function addMessage(role, text) {
   return div;
 }
 
-function addToolLine(text) {
+function addStepLine(text, kind) {
   const div = document.createElement("div");
-  div.className = "tool";
+  div.className = `step-line ${kind}`;
+  div.setAttribute("data-testid", kind);
+  div.textContent = text;
+  ui.messages.appendChild(div);
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+  return div;
+}
+
+function addToolLine(text, member) {
+  const div = document.createElement("div");
+  div.className = member ? "tool member-tool" : "tool";
+  div.setAttribute("data-testid", member ? "member-tool" : "tool");
   div.textContent = text;
   ui.messages.appendChild(div);
   ui.messages.scrollTop = ui.messages.scrollHeight;
@@ -214,8 +225,10 @@ async function* readSSE(response) {
 async function sendMessage(text) {
   if (!current.app || current.running) return;
   setRunning(true);
+  ui.messages.querySelectorAll(".msg.hint").forEach((el) => el.remove());
   addMessage("user", text);
   let bubble = null;
+  let answered = false;
   const body = { input: text };
   if (current.sessionId) body.session_id = current.sessionId;
   try {
@@ -238,14 +251,29 @@ async function sendMessage(text) {
           await loadSessions(data.session_id);
         }
       } else if (event === "content_delta") {
-        if (!bubble) bubble = addMessage("assistant", "");
+        const who = data.member_of ? data.agent_name : null;
+        if (!bubble || bubble.dataset.member !== (who || "")) {
+          bubble = addMessage(who ? "member" : "assistant", "");
+          bubble.dataset.member = who || "";
+          if (who) bubble.dataset.label = `${who} (member of ${data.member_of})`;
+        }
         bubble.textContent += data.content;
+        if (!who) answered = true;
         ui.messages.scrollTop = ui.messages.scrollHeight;
       } else if (event === "tool_call_started") {
-        addToolLine(`→ ${data.tool_name}(${JSON.stringify(data.arguments)})`);
+        const who = data.member_of ? `${data.agent_name}: ` : "";
+        addToolLine(`→ ${who}${data.tool_name}(${JSON.stringify(data.arguments)})`, data.member_of);
         bubble = null;
       } else if (event === "tool_call_completed") {
-        addToolLine(`← ${data.tool_name}: ${data.result}`);
+        const who = data.member_of ? `${data.agent_name}: ` : "";
+        addToolLine(`← ${who}${data.tool_name}: ${data.result}`, data.member_of);
+      } else if (event === "step_started") {
+        addStepLine(`▶ step ${data.step_name}`, "step-started");
+        bubble = null;
+      } else if (event === "step_completed") {
+        const out = data.content === null || data.content === undefined ? "" : `: ${fmtValue(data.content)}`;
+        addStepLine(`✓ step ${data.step_name}${out}`, "step-completed");
+        bubble = null;
       } else if (event === "state_changed") {
         await refreshState();
       } else if (event === "run_completed" && data.output.status === "paused") {
@@ -253,7 +281,7 @@ async function sendMessage(text) {
         addToolLine(`⏸ waiting for approval: ${names}`);
       } else if (event === "run_completed") {
         const out = data.output;
-        if (!bubble && out.content !== null && out.content !== undefined) {
+        if (!answered && out.content !== null && out.content !== undefined) {
           addMessage("assistant", typeof out.content === "string" ? out.content : JSON.stringify(out.content));
         }
       } else if (event === "error") {
@@ -264,7 +292,8 @@ async function sendMessage(text) {
     addMessage("error", err.message);
   } finally {
     setRunning(false);
-    if (current.sessionId) await loadSession(current.sessionId, { keepSelection: true });
+    // Keep the transcript as it streamed (steps, members' work); a reload shows the runs.
+    if (current.sessionId) await loadSession(current.sessionId, { keepSelection: true, keepChat: true });
   }
 }
 
@@ -327,18 +356,140 @@ async function renderTimeline() {
   }
 }
 
+function block(label, text, testid) {
+  const wrap = document.createElement("div");
+  wrap.className = "event-block";
+  const head = document.createElement("div");
+  head.className = "event-label";
+  head.textContent = label;
+  const pre = document.createElement("pre");
+  pre.textContent = typeof text === "string" ? text : JSON.stringify(text, null, 2);
+  if (testid) pre.setAttribute("data-testid", testid);
+  wrap.append(head, pre);
+  return wrap;
+}
+
+// The body of an expanded event: what the model was sent and answered, a tool's
+// arguments and result, a step's output.
+function eventBody(e) {
+  const d = e.data || {};
+  const parts = [];
+  if (e.type === "model_response") {
+    const req = d.request || {};
+    if (req.system !== undefined) parts.push(block("system prompt (as rendered)", req.system ?? "(none)", "event-system-prompt"));
+    if (req.new_messages) {
+      parts.push(block(`messages (${req.message_count} sent; new since the last answer)`,
+        req.new_messages.map((m) => `${m.role}${m.name ? " " + m.name : ""}: ${m.content ?? ""}`).join("\n") || "(none)",
+        "event-messages"));
+    }
+    const msg = d.message || {};
+    const calls = (msg.tool_calls || []).map((c) => `${c.name}(${JSON.stringify(c.arguments)})`);
+    parts.push(block("response", [msg.content || "", ...calls.map((c) => `→ ${c}`)].filter(Boolean).join("\n") || "(empty)", "event-response"));
+    if (d.usage) parts.push(block("usage", d.usage));
+  } else if (e.type === "tool_call") {
+    parts.push(block("arguments", d.arguments ?? {}, "event-arguments"));
+    parts.push(block(d.is_error ? "result (error)" : "result", d.result ?? "", "event-result"));
+  } else if (e.type === "step_completed") {
+    parts.push(block("output", (d.output || {}).content ?? null, "event-output"));
+  } else {
+    parts.push(block("data", d));
+  }
+  return parts;
+}
+
 function eventItem(e) {
   const li = document.createElement("li");
   li.className = "event";
   li.setAttribute("data-testid", "event");
+  li.dataset.type = e.type;
   let summary = "";
   if (e.type === "state_delta") {
     summary = (e.data.segments || []).map((s) => `${s.source}: ${s.ops.length} op${s.ops.length === 1 ? "" : "s"}`).join(", ");
-  } else if (e.type === "tool_call") summary = e.data.name || "";
+  } else if (e.type === "tool_call") summary = `${e.data.agent ? e.data.agent + ": " : ""}${e.data.name || ""}`;
+  else if (e.type === "model_response") summary = `${e.data.agent || ""} step ${e.data.step ?? ""}`;
+  else if (e.type === "step_completed") summary = e.data.name || "";
   else if (e.type === "rollback") summary = `to v${e.data.to_version}`;
-  li.textContent = `${e.seq} ${e.type}${summary ? " · " + summary : ""}`;
-  li.title = JSON.stringify(e.data, null, 2);
+  const details = document.createElement("details");
+  const head = document.createElement("summary");
+  head.textContent = `${e.seq} ${e.type}${summary ? " · " + summary : ""}`;
+  details.appendChild(head);
+  details.addEventListener("toggle", () => {
+    if (details.open && details.children.length === 1) details.append(...eventBody(e));
+  });
+  li.appendChild(details);
   return li;
+}
+
+// A run's structure from its events: a workflow's steps (each with its tool calls and
+// output), a team's members (each with its tool calls).
+function renderRunStructure(run, events) {
+  const box = $("run-structure");
+  box.replaceChildren();
+  const steps = [];
+  let calls = [];
+  for (const e of events) {
+    if (e.type === "tool_call") calls.push(e.data);
+    else if (e.type === "step_completed") {
+      steps.push({ name: e.data.name, output: (e.data.output || {}).content, calls });
+      calls = [];
+    }
+  }
+  if (steps.length) {
+    const h = document.createElement("h3");
+    h.textContent = "Steps";
+    box.appendChild(h);
+    for (const s of steps) {
+      const d = document.createElement("details");
+      d.className = "run-step";
+      d.setAttribute("data-testid", "run-step");
+      d.open = true;
+      const sum = document.createElement("summary");
+      sum.textContent = `${s.name} · ${s.calls.length} tool call${s.calls.length === 1 ? "" : "s"}`;
+      d.appendChild(sum);
+      for (const c of s.calls) {
+        const line = document.createElement("div");
+        line.className = "tool";
+        line.setAttribute("data-testid", "run-step-tool");
+        line.textContent = `${c.agent ? c.agent + ": " : ""}${c.name}(${JSON.stringify(c.arguments)}) → ${c.result}`;
+        d.appendChild(line);
+      }
+      const out = document.createElement("div");
+      out.className = "step-output";
+      out.setAttribute("data-testid", "run-step-output");
+      out.textContent = `output: ${s.output === null || s.output === undefined ? "(none)" : typeof s.output === "string" ? s.output : JSON.stringify(s.output)}`;
+      d.appendChild(out);
+      box.appendChild(d);
+    }
+    return;
+  }
+  const members = new Map();
+  for (const e of events) {
+    const agent = (e.data || {}).agent;
+    if (!agent || agent === run.agent_name) continue;
+    if (!members.has(agent)) members.set(agent, []);
+    if (e.type === "tool_call") members.get(agent).push(e.data);
+  }
+  if (members.size) {
+    const h = document.createElement("h3");
+    h.textContent = "Members";
+    box.appendChild(h);
+    for (const [name, memberCalls] of members) {
+      const d = document.createElement("details");
+      d.className = "run-member";
+      d.setAttribute("data-testid", "run-member");
+      d.open = true;
+      const sum = document.createElement("summary");
+      sum.textContent = `${name} · ${memberCalls.length} tool call${memberCalls.length === 1 ? "" : "s"}`;
+      d.appendChild(sum);
+      for (const c of memberCalls) {
+        const line = document.createElement("div");
+        line.className = "tool";
+        line.textContent = `${c.name}(${JSON.stringify(c.arguments)}) → ${c.result}`;
+        d.appendChild(line);
+      }
+      box.appendChild(d);
+    }
+  }
 }
 
 function fmtPath(path) {
@@ -356,6 +507,8 @@ async function selectRun(runId) {
   const run = current.runs.find((r) => r.run_id === runId);
   const sid = encodeURIComponent(current.sessionId);
   const body = await api(`/v1/sessions/${sid}/diff?run=${encodeURIComponent(runId)}`);
+  const runEvents = await api(`/v1/sessions/${sid}/events?limit=1000&run_id=${encodeURIComponent(runId)}`);
+  renderRunStructure(run || {}, runEvents.events);
   ui.detail.classList.remove("hidden");
   ui.detail.dataset.from = body.from ?? "";
   ui.detail.dataset.to = body.to ?? "";
@@ -391,6 +544,7 @@ async function selectRun(runId) {
 }
 
 async function rollback(to) {
+  if (!window.confirm(`Roll the state back to version ${to}? This adds a new version; the history is kept.`)) return;
   const sid = encodeURIComponent(current.sessionId);
   const body = await api(`/v1/sessions/${sid}/rollback`, { method: "POST", body: { to } });
   renderState(body.state, body.version);
@@ -437,17 +591,41 @@ async function loadSession(sessionId, opts = {}) {
     await renderTimeline();
     await renderApprovals(null);
     const hint = addMessage("assistant", `Say something to ${current.app ? current.app.name : "the agent"} to start a new session.`);
-    hint.classList.add("muted");
+    hint.classList.add("muted", "hint");
     return;
   }
   const body = await api(`/v1/sessions/${encodeURIComponent(sessionId)}`);
   current.runs = body.runs;
+  await showForkOrigin(sessionId);
   if (!opts.keepSelection) lastState = null;
-  if (!current.running) renderChat(body.runs);
+  if (!current.running && !opts.keepChat) renderChat(body.runs);
   renderState(body.state, body.version);
   await renderTimeline();
   await renderApprovals(sessionId);
   if (opts.keepSelection && current.selectedRun) await selectRun(current.selectedRun);
+}
+
+async function showForkOrigin(sessionId) {
+  const banner = $("fork-banner");
+  banner.replaceChildren();
+  banner.classList.add("hidden");
+  if (!sessionId) return;
+  const first = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/events?limit=3`);
+  const forked = first.events.find((e) => e.type === "forked");
+  if (!forked || current.sessionId !== sessionId) return;
+  const from = forked.data.from_session;
+  const link = document.createElement("a");
+  link.href = `?session=${encodeURIComponent(from)}`;
+  link.textContent = from;
+  link.setAttribute("data-testid", "fork-origin");
+  link.addEventListener("click", guard(async (ev) => {
+    ev.preventDefault();
+    await loadSessions(from);
+    await loadSession(from);
+  }));
+  const version = forked.data.version ?? forked.data.at;
+  banner.append("forked from ", link, ` at version ${version}`);
+  banner.classList.remove("hidden");
 }
 
 async function selectApp(index) {

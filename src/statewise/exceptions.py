@@ -9,11 +9,14 @@
     │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
     │   ├── StateConflictError        a `strict` key set to different values concurrently
     │   ├── ReservedKeyError          a reserved name (`__ttl__`, any `__x__`) written
+    │   ├── StaleStateVersionError    a write based on a state version that moved on
     │   ├── TemplateKeyError          `strict_templates=True`: instructions name a missing key
     │   └── TempScopeError            a `temp:` key written outside a run
     ├── StorageError
     │   ├── InvalidIdError            a session/user id that is not a short printable string
     │   ├── SessionNotFoundError
+    │   │   └── SessionDeletedError   the session was deleted while a run was writing it
+    │   ├── SessionExistsError        a create (or fork) found the session already there
     │   ├── CorruptRecordError        a stored row that cannot be decoded (names the session)
     │   ├── VersionConflict           internal: a compare-and-swap lost the race
     │   ├── SchemaVersionError        the database was written by an unknown schema version
@@ -112,6 +115,19 @@ class ReservedKeyError(StateError, ValueError):
     """Names like `__ttl__` (any `__x__`) hold the engine's bookkeeping; only it writes them."""
 
 
+class StaleStateVersionError(StateError):
+    """The session's state moved past the version the caller based its write on."""
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {session_id!r} is at state version {actual}, not {expected}: "
+            "read it again and retry"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
 class TempScopeError(StateError):
     """`temp:` keys only exist during a run."""
 
@@ -129,6 +145,14 @@ class SessionNotFoundError(StorageError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
         return str(self.args[0]) if self.args else "session not found"
+
+
+class SessionDeletedError(SessionNotFoundError):
+    """The session was deleted while a transaction on it was open; deleting is final."""
+
+
+class SessionExistsError(StorageError):
+    """A session being created (a new session, a fork target) already exists."""
 
 
 class CorruptRecordError(StorageError):

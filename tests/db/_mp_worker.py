@@ -34,3 +34,25 @@ def append_worker(spec: tuple[str, ...], session_id: str, tag: str, n: int, barr
         return time.monotonic() - start
     finally:
         db.close()
+
+
+def increment_worker(spec: tuple[str, ...], session_id: str, n: int, barrier: Any) -> None:
+    """`session_state["n"] += 1`, `n` times, each its own checkout → commit."""
+    from statewise.db.store import SessionSpec, StateStore
+
+    db = open_backend(spec)
+    try:
+        store = StateStore(db)
+        session = SessionSpec(session_id=session_id, user_id="u1", app_name="app")
+        barrier.wait(timeout=60)
+        for _ in range(n):
+            ws = store.checkout(session)
+            try:
+                n = ws.root.get("n", 0)
+                time.sleep(0.002)  # read, think, write: what makes `+=` race
+                ws.root["n"] = n + 1
+                store.commit(ws, source="counter")
+            finally:
+                store.release(ws)
+    finally:
+        db.close()

@@ -97,9 +97,6 @@ def test_a_failed_step_fails_the_run(tmp_path: Path) -> None:
         db.close()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="needs commit ids supplied by the caller (session transactions)"
-)
 def test_two_executions_of_one_step_at_once_apply_it_once(tmp_path: Path) -> None:
     """What a take-over of an executor that was not really dead looks like: two processes
     run the same step at the same time. The step's commit carries the id run + step, so

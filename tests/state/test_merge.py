@@ -80,12 +80,28 @@ def test_last_write_wins_records_the_overwritten_value() -> None:
     }
 
 
-def test_equal_writes_are_not_conflicts_and_strict_raises() -> None:
+def test_equal_writes_from_one_base_are_recorded_conflicts_and_strict_raises() -> None:
+    # Two `k += 1` from base 1 both write 2: keeping one loses an increment, so equal
+    # values are a conflict too (recorded under last_write_wins, raised under strict).
     base = {"k": 1}
     theirs = run_writer(base, lambda s: s.__setitem__("k", 2))
     same = run_writer(base, lambda s: s.__setitem__("k", 2))
     latest = after(base, theirs)
-    assert rebase(latest, theirs, same, Rules({"k": "strict"})).conflicts == []
+    result = rebase(latest, theirs, same, Rules())
+    assert [c.to_json() for c in result.conflicts] == [
+        {
+            "path": ["k"],
+            "rule": "last_write_wins",
+            "base": 1,
+            "theirs": 2,
+            "ours": 2,
+            "resolved": 2,
+        }
+    ]
+    with pytest.raises(StateConflictError):
+        rebase(after(base, theirs), theirs, same, Rules({"k": "strict"}))
+    with pytest.raises(StateConflictError):
+        rebase(after(base, theirs), theirs, same, Rules(default="strict"))
     other = run_writer(base, lambda s: s.__setitem__("k", 3))
     with pytest.raises(StateConflictError, match="state\\['k'\\]"):
         rebase(after(base, theirs), theirs, other, Rules({"k": "strict"}))
@@ -173,3 +189,58 @@ def test_rebasing_commuting_ops_equals_serial_execution(a: Any, b: Any, base_cou
     assert latest == serial
     assert result.conflicts == []
     assert after(after(base, ops_a), result.ops) == serial
+
+
+# ---- list positions: inserts and removes rebase onto where their element is now ----------
+
+
+def _rebased(base: dict[str, Any], theirs_fn: Any, ours_fn: Any) -> dict[str, Any]:
+    theirs = run_writer(base, theirs_fn)
+    ours = run_writer(base, ours_fn)
+    latest = after(base, theirs)
+    rebase(latest, theirs, ours, Rules())
+    return latest
+
+
+def test_insert_racing_an_insert_at_the_same_index_goes_after_theirs() -> None:
+    base = {"l": ["a", "b", "c"]}
+    got = _rebased(base, lambda s: s["l"].insert(1, "T"), lambda s: s["l"].insert(1, "O"))
+    assert got == {"l": ["a", "T", "O", "b", "c"]}
+
+
+def test_insert_keeps_its_neighbour_when_theirs_inserted_or_removed_before_it() -> None:
+    base = {"l": ["a", "b", "c"]}
+    # Ours inserts before "c"; theirs inserted two items at the front.
+    got = _rebased(
+        base,
+        lambda s: (s["l"].insert(0, "T1"), s["l"].insert(0, "T2")),
+        lambda s: s["l"].insert(2, "O"),
+    )
+    assert got == {"l": ["T2", "T1", "a", "b", "O", "c"]}
+    # Theirs removed "b", before our position.
+    got = _rebased(base, lambda s: s["l"].remove("b"), lambda s: s["l"].insert(2, "O"))
+    assert got == {"l": ["a", "O", "c"]}
+
+
+def test_remove_with_duplicates_removes_the_element_it_meant() -> None:
+    base = {"l": ["x", "y", "x"]}
+    # Ours removes the last "x"; theirs put another "x" in front meanwhile.
+    got = _rebased(base, lambda s: s["l"].insert(0, "x"), lambda s: s["l"].pop(2))
+    assert got == {"l": ["x", "x", "y"]}
+    # Ours removes the first "x"; theirs appended "z": the last "x" stays.
+    got = _rebased(base, lambda s: s["l"].append("z"), lambda s: s["l"].remove("x"))
+    assert got == {"l": ["y", "x", "z"]}
+
+
+def test_both_removing_one_element_removes_it_once() -> None:
+    base = {"l": ["x", "y", "x"]}
+    got = _rebased(base, lambda s: s["l"].remove("x"), lambda s: s["l"].remove("x"))
+    assert got == {"l": ["y", "x"]}
+
+
+def test_a_write_into_a_list_element_follows_the_element() -> None:
+    base = {"l": [{"n": 1}, {"n": 2}]}
+    got = _rebased(
+        base, lambda s: s["l"].insert(0, {"n": 0}), lambda s: s["l"][1].__setitem__("n", 20)
+    )
+    assert got == {"l": [{"n": 0}, {"n": 1}, {"n": 20}]}

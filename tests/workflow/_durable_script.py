@@ -76,11 +76,15 @@ workflow = Workflow(
         function_step(5),
     ],
     session_state={"trail": [], "total": 0},
+    # The killed run's lease expires a second after its last renewal; the resuming
+    # process starts later than that.
+    run_lease_seconds=1.0,
 )
 
 if MODE == "run":
     output = workflow.run("go", session_id=SESSION_ID)
 else:
+    time.sleep(1.2)  # the killed process's run lease (1 s after its last renewal) expires
     output = workflow.run(session_id=SESSION_ID, resume=True)
 print(
     json.dumps({"run_id": output.run_id, "content": output.content, "state": output.session_state})

@@ -67,6 +67,7 @@ class Agent(SessionOwner):
         markdown: bool = False,
         state_schema: type | None = None,
         state_rules: Mapping[str, Rule] | None = None,
+        default_state_rule: Rule = "last_write_wins",
         secret_keys: Sequence[str] | None = None,
         expose_secrets_to_model: bool = False,
         output_key: str | None = None,
@@ -94,6 +95,7 @@ class Agent(SessionOwner):
             app_name=app_name,
             state_schema=state_schema,
             state_rules=state_rules,
+            default_state_rule=default_state_rule,
             secret_keys=secret_keys,
         )
         self.add_session_state_to_context = add_session_state_to_context

@@ -77,6 +77,7 @@ class SessionOwner(TimeTravel):
         app_name: str | None,
         state_schema: type | None,
         state_rules: Mapping[str, Rule] | None,
+        default_state_rule: Rule = "last_write_wins",
         secret_keys: Sequence[str] | None,
     ) -> None:
         self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
@@ -87,9 +88,9 @@ class SessionOwner(TimeTravel):
         self.session_id = validate_id(session_id) if session_id is not None else None
         self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
         self.app_name = app_name or self.name or "default"
-        rules = Rules(state_rules or {})
+        rules = Rules(state_rules or {}, default=default_state_rule)
         if self.schema is not None:
-            rules = Rules(self.schema.rules()).merged(rules)
+            rules = Rules(self.schema.rules(), default=default_state_rule).merged(rules)
         self._store = StateStore(
             self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
         )
@@ -139,6 +140,16 @@ class SessionOwner(TimeTravel):
         self.db = resolve_db(db)
         self._store = self._store.on(self.db)
 
+    def create_session(self, session_id: str | None = None, *, user_id: str | None = None) -> str:
+        """Create a new, empty session and return its id (its first run or state read
+        starts from the default state, as for a session created by a run). Raises
+        `SessionExistsError` if it exists, also when another writer creates the same id
+        at the same moment: exactly one creator wins."""
+        spec = self._spec(session_id or str(uuid.uuid4()), user_id)
+        with self._store.begin(spec, mode="create") as txn:
+            txn.commit(source="create_session")
+        return spec.session_id
+
     def enqueue(
         self,
         input: Any,
@@ -161,7 +172,9 @@ class SessionOwner(TimeTravel):
         return enqueuer.enqueue(self, input, session_id=session_id, user_id=user_id, queue=queue)
 
     def delete_session(self, session_id: str) -> bool:
-        return self.db.delete_session(session_id)
+        """Delete a session for good: a run still writing it fails its next commit with
+        `SessionDeletedError`, and the session does not come back."""
+        return self._store.delete_session(session_id)
 
     def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
         return self.db.prune_sessions(older_than=older_than)

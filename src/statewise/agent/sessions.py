@@ -1,11 +1,12 @@
-"""Version-checked writes of a whole session's state, for callers that do optimistic
-concurrency themselves (the HTTP API's `If-Match`).
+"""Whole-session state writes for callers that do optimistic concurrency themselves (the
+HTTP API's `If-Match`), and reads that return the version of exactly the state they return.
 
-`replace_session_state` and `merge_patch_session_state` check the session scope's version
-against the one the caller last saw, apply their change as ordinary ops and commit. The
-check and the commit are one compare-and-swap: if another writer commits between them,
-the commit does not rebase onto it (as a run would) but fails with
-`StaleStateVersionError`, and nothing is written.
+`replace_session_state` and `merge_patch_session_state` apply their change as ordinary ops
+in a session transaction. With `if_version` the transaction requires that version of the
+session scope: the check and the write are one compare-and-swap, so if another writer
+commits in between, the commit does not rebase onto it (as a run would) but fails with
+`StaleStateVersionError`, and nothing is written. Without `if_version` the change is
+merged like any other writer's (concurrent patches of different keys all apply).
 
 They work on any façade object with a state store (Agent, Team, Workflow).
 """
@@ -15,27 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from statewise.db.records import NewEvent, ScopeKey
-from statewise.db.store import SessionSpec, StateStore, WorkingState, _Pending, scope_of
-from statewise.exceptions import SessionNotFoundError, StateError, TempScopeError
+from statewise.db.records import NewEvent
+from statewise.db.store import SessionSpec, StateStore, scope_of
+from statewise.exceptions import StaleStateVersionError, StateError, TempScopeError
 from statewise.state.jsonvalue import to_json_value
 from statewise.state.reserved import check_writable, is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
 REDACTED = "***"
-
-
-class StaleStateVersionError(StateError):
-    """The session's state moved past the version the caller based its write on."""
-
-    def __init__(self, session_id: str, expected: int, actual: int) -> None:
-        super().__init__(
-            f"session {session_id!r} is at state version {actual}, not {expected}: "
-            "read it again and retry"
-        )
-        self.session_id = session_id
-        self.expected = expected
-        self.actual = actual
 
 
 class _HasStore(Protocol):
@@ -46,32 +34,20 @@ class _HasStore(Protocol):
 
 def session_version(owner: _HasStore, session_id: str) -> int:
     """The version of a session's own state scope (0 before its first commit)."""
-    key = ScopeKey("session", session_id)
-    record, versions = owner._store.db.probe(session_id, [key])
-    if record is None:
-        raise SessionNotFoundError(f"no session {session_id!r}")
-    return versions[key]
+    return owner._store.session_version(session_id)
 
 
-class _StrictStore(StateStore):
-    """A store whose commit refuses to rebase over a moved session scope."""
+def session_state_and_version(owner: _HasStore, session_id: str) -> tuple[dict[str, Any], int]:
+    """A session's state (as `get_session_state` shows it: `user:`/`app:` defaults fill
+    missing shared keys) and the version of exactly that state, read together."""
+    from statewise.run.driver import initialize_state
 
-    def _rebase(self, ws: WorkingState, pending: _Pending) -> None:
-        key = ScopeKey("session", ws.spec.session_id)
-        _record, versions = self.db.probe(ws.spec.session_id, [key])
-        if versions[key] != ws.versions.get(key, 0):
-            raise StaleStateVersionError(ws.spec.session_id, ws.versions.get(key, 0), versions[key])
-        super()._rebase(ws, pending)
-
-
-def _strict(store: StateStore) -> _StrictStore:
-    return _StrictStore(
-        store.db,
-        rules=store.rules,
-        schema=store.schema,
-        secret_keys=store.secret_keys,
-        cipher=store._cipher,
-    )
+    spec = owner._spec(session_id, None)
+    with owner._store.begin(spec, mode="existing") as txn:
+        defaults = getattr(owner, "_default_state", None)
+        if defaults is not None:
+            initialize_state(txn.working, defaults(), None, False)
+        return txn.plain(), txn.version
 
 
 def _check_keys(keys: Any) -> None:
@@ -94,31 +70,16 @@ def _versioned_write(
     change: Any,
 ) -> tuple[dict[str, Any], int]:
     store = owner._store
-    strict = _strict(store)
     spec = owner._spec(session_id, None)
-    working = strict.checkout(spec)
-    keep = True
-    try:
-        if working.is_new:
-            raise SessionNotFoundError(f"no session {session_id!r}")
-        key = ScopeKey("session", spec.session_id)
-        current = working.versions.get(key, 0)
-        if if_version is not None and current != if_version:
-            raise StaleStateVersionError(spec.session_id, if_version, current)
-        change(working.root, store.secret_keys)
-        if working.has_changes:
-            strict.commit(
-                working,
+    with store.begin(spec, mode="existing", expected_version=if_version) as txn:
+        base = txn.version
+        change(txn.state, store.secret_keys)
+        if txn.has_changes:
+            txn.commit(
+                [NewEvent(type="api_call", data={"call": source, "base_version": base})],
                 source=source,
-                events=[NewEvent(type="api_call", data={"call": source, "base_version": current})],
             )
-        return working.plain(), working.versions.get(key, 0)
-    except BaseException:
-        keep = False
-        working.discard_uncommitted()
-        raise
-    finally:
-        store.release(working, keep=keep)
+        return txn.plain(), txn.version
 
 
 def replace_session_state(
@@ -202,5 +163,6 @@ __all__ = [
     "apply_merge_patch",
     "merge_patch_session_state",
     "replace_session_state",
+    "session_state_and_version",
     "session_version",
 ]

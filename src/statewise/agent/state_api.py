@@ -42,26 +42,13 @@ class SessionStateAPI:
 
     @contextmanager
     def _checked_out(self, source: str | None) -> Iterator[WorkingState]:
-        store = self._agent._store
         spec = self._agent._spec(self._session_id, None)
-        working = store.checkout(spec)
-        keep = True
-        try:
+        with self._agent._store.begin(spec) as txn:
             # A session that does not exist yet reads as the agent's default state.
-            initialize_state(working, self._agent._default_state(), None, False)
-            yield working
-            if source is not None and working.has_changes:
-                store.commit(
-                    working,
-                    source=source,
-                    events=[],
-                )
-        except BaseException:
-            keep = False
-            working.discard_uncommitted()
-            raise
-        finally:
-            store.release(working, keep=keep)
+            initialize_state(txn.working, self._agent._default_state(), None, False)
+            yield txn.working
+            if source is not None and txn.has_changes:
+                txn.commit(source=source)
 
     def _read(self, fn: Callable[[TrackedDict], T]) -> T:
         with self._checked_out(None) as working:

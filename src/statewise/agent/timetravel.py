@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import split_records
 from statewise.db.records import NewEvent, RunRecord, ScopeKey
-from statewise.exceptions import SessionNotFoundError, StateError
+from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
 from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
 from statewise.state.tracked import to_plain
@@ -108,15 +108,13 @@ class TimeTravel:
         version = self._version_of(key, to)
         targets = {"": self._store.plain_scope_at(key, version)}
         spec = self._spec(sid, None)
-        working = self._store.checkout(spec)
-        keep = True
-        try:
+        with self._store.begin(spec, mode="existing") as txn:
             if include_shared:
                 deltas = self._store.db.read_deltas(
                     key, after_version=version - 1, upto_version=version
                 )
                 cutoff = deltas[-1].created_at if deltas else 0.0
-                for shared in working.spec.scope_keys()[1:]:
+                for shared in txn.spec.scope_keys()[1:]:
                     shared_version = max(
                         (
                             d.version
@@ -126,26 +124,19 @@ class TimeTravel:
                         default=0,
                     )
                     targets[f"{shared.kind}:"] = self._store.plain_scope_at(shared, shared_version)
-            root = working.root
-            with root.engine_writes():  # the engine's own keys (`__ttl__`) come back too
+            with txn.state.engine_writes():  # the engine's own keys (`__ttl__`) come back too
                 for prefix, target in targets.items():
-                    _restore(root, prefix, target)
-            self._store.commit(
-                working,
-                source=f"rollback:to={version}",
-                events=[
+                    _restore(txn.state, prefix, target)
+            txn.commit(
+                [
                     NewEvent(
                         type="rollback",
                         data={"to_version": version, "to": to, "include_shared": include_shared},
                     )
                 ],
+                source=f"rollback:to={version}",
             )
-            return working.plain()
-        except BaseException:
-            keep = False
-            raise
-        finally:
-            self._store.release(working, keep=keep)
+            return txn.plain()
 
     def fork_session(
         self,
@@ -163,31 +154,18 @@ class TimeTravel:
         new_id = new_session_id or str(uuid.uuid4())
         source_record = self._store.db.get_session(sid)
         spec = self._spec(new_id, source_record.user_id if source_record else None)
-        working = self._store.checkout(spec)
-        keep = True
         try:
-            if not working.is_new:
-                raise StateError(f"cannot fork into {new_id!r}: that session exists")
-            with working.root.engine_writes():
+            txn = self._store.begin(spec, mode="create")
+        except SessionExistsError:
+            raise SessionExistsError(f"cannot fork into {new_id!r}: that session exists") from None
+        with txn:
+            with txn.state.engine_writes():
                 for name, value in target.items():
-                    working.root[name] = value
+                    txn.state[name] = value
             event = {"from_session": sid, "at": at, "version": version}
-            self._store.commit(
-                working,
-                source=f"fork:{sid}",
-                events=[NewEvent(type="forked", data=event)],
-            )
+            txn.commit([NewEvent(type="forked", data=event)], source=f"fork:{sid}")
             for run in self._runs_up_to(sid, key, version):
-                self._store.commit(
-                    working,
-                    run=dataclasses.replace(run, session_id=new_id),
-                    source=f"fork:{sid}",
-                )
-        except BaseException:
-            keep = False
-            raise
-        finally:
-            self._store.release(working, keep=keep)
+                txn.commit(run=dataclasses.replace(run, session_id=new_id), source=f"fork:{sid}")
         return new_id
 
     def _runs_up_to(self, session_id: str, key: ScopeKey, version: int) -> list[RunRecord]:

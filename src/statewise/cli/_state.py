@@ -70,11 +70,8 @@ class SessionReader(TimeTravel):
     def current(self, session_id: str) -> tuple[SessionSpec, dict[str, Any], int]:
         """The session's merged state now (own keys, its user's `user:`, its app's `app:`)."""
         spec = self._spec(session_id, None)
-        working = self._store.checkout(spec)
-        try:
-            return working.spec, working.plain(), working.versions.get(spec.scope_keys()[0], 0)
-        finally:
-            self._store.release(working, keep=False)
+        with self._store.begin(spec, mode="existing") as txn:
+            return txn.spec, txn.plain(), txn.version
 
 
 def version_arg(value: str | None) -> int | str | None:

@@ -19,6 +19,7 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     SessionRecord,
+    decode_commit_result,
 )
 from statewise.exceptions import StorageError, VersionConflict
 
@@ -34,6 +35,7 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
     snapshots = [w.snapshot_text for w in writes]
     run = commit.run
     params: tuple[Any, ...] = (
+        commit.commit_id or None,
         session.session_id,
         commit.create_session,
         session.user_id,
@@ -72,7 +74,10 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     sql, params = commit_params(db._s, commit, now)
     n_events = len(commit.events)
     versions = {w.key: w.base_version + 1 for w in commit.writes}
-    for attempt in (1, 2):
+    # With a commit id, sending again is always safe: keep going past every pooled
+    # connection that died with the same fault, up to a fresh one.
+    attempts = db.pool_size + 2 if commit.commit_id else 2
+    for attempt in range(1, attempts + 1):
         with db._connection() as conn:
             try:
                 row = conn.execute(sql, params).fetchone()
@@ -84,14 +89,18 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     # store re-probes and tries again, as after any lost race.
                     sid = commit.session.session_id
                     raise VersionConflict(f"session {sid!r} ({exc.sqlstate})", 0) from exc
-                if not (conn.broken or conn.closed) or attempt == 2:
+                if not (conn.broken or conn.closed) or attempt == attempts:
                     if isinstance(exc, psycopg.OperationalError):
                         raise db._unavailable(exc) from exc
                     raise StorageError(
                         f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
                     ) from exc
                 # The connection died with the call in flight: it is one transaction, so
-                # it either landed whole or not at all. Look, then answer or send it again.
+                # it either landed whole or not at all. With a commit id, sending it again
+                # is safe (the server answers a landed id, and a copy still executing waits
+                # for it); without one, look for its rows first.
+                if commit.commit_id:
+                    continue
                 last_seq = _landed(db, commit, now)
                 if last_seq is not None:
                     return CommitResult(
@@ -102,7 +111,10 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     )
                 continue
         assert row is not None
-        last_seq = int(row[0])
+        reply = str(row[0])
+        if reply.startswith("R"):
+            return decode_commit_result(commit, reply[1:], now)
+        last_seq = int(reply[1:].split("|", 1)[0])
         return CommitResult(
             versions=versions,
             first_seq=last_seq - n_events + 1,

@@ -88,7 +88,73 @@ def migrations(s: str) -> list[str]:
         CREATE INDEX runs_by_time ON {s}.runs (session_id, created_at, id);
         """,
         _commit_function(s),
+        # Commit ids: stored in the commit's own transaction, so a commit that is sent again
+        # (its connection dropped, its reply was lost) is answered, not applied twice.
+        f"""
+        CREATE TABLE {s}.commits (
+            session_id text NOT NULL,
+            commit_id text NOT NULL,
+            result text NOT NULL,
+            created_at double precision NOT NULL,
+            PRIMARY KEY (session_id, commit_id)
+        );
+        DROP FUNCTION {s}.statewise_commit(
+            text, boolean, text, text, text, text, double precision, text, integer,
+            text[], text[], bigint[], text[], text[], text[], bigint[], bigint[],
+            text[], text[], text[], text, text, text, text, text, text, text, text,
+            double precision);
+        """
+        + _commit_function_with_id(s),
+        # Run leases: who is running (or resuming) a run, until when.
+        f"""
+        CREATE TABLE {s}.run_leases (
+            session_id text NOT NULL,
+            run_id text NOT NULL,
+            owner text NOT NULL,
+            expires_at double precision NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        );
+        """,
     ]
+
+
+def _commit_function_with_id(s: str) -> str:
+    """`statewise_commit` taking a commit id first and returning text: `N<result>` when it
+    applied the commit, `R<result>` when the id had landed before (nothing applied)."""
+    body = _commit_function(s)
+    body = body.replace(
+        "statewise_commit(\n    p_session_id text,",
+        "statewise_commit(\n    p_commit_id text, p_session_id text,",
+    )
+    body = body.replace(") RETURNS bigint", ") RETURNS text")
+    body = body.replace(
+        "    i integer;\nBEGIN\n",
+        "    i integer;\n    v_result text;\n    v_versions text := '';\nBEGIN\n"
+        "    IF p_commit_id IS NOT NULL THEN\n"
+        f"        INSERT INTO {s}.commits (session_id, commit_id, result, created_at)\n"
+        "        VALUES (p_session_id, p_commit_id, '', p_now) ON CONFLICT DO NOTHING;\n"
+        "        IF NOT FOUND THEN\n"
+        f"            SELECT result INTO v_result FROM {s}.commits\n"
+        "            WHERE session_id = p_session_id AND commit_id = p_commit_id;\n"
+        "            RETURN 'R' || v_result;\n"
+        "        END IF;\n"
+        "    END IF;\n",
+    )
+    body = body.replace(
+        "        INSERT INTO {s}.deltas (kind,".replace("{s}", s),
+        "        v_versions := v_versions || '|' || w_kinds[i] || '=' || (w_bases[i] + 1);\n"
+        "        INSERT INTO {s}.deltas (kind,".replace("{s}", s),
+    )
+    body = body.replace(
+        "    RETURN v_last;\n",
+        "    v_result := v_last || '|' || n_events || v_versions;\n"
+        "    IF p_commit_id IS NOT NULL THEN\n"
+        f"        UPDATE {s}.commits SET result = v_result\n"
+        "        WHERE session_id = p_session_id AND commit_id = p_commit_id;\n"
+        "    END IF;\n"
+        "    RETURN 'N' || v_result;\n",
+    )
+    return body
 
 
 def _commit_function(s: str) -> str:
@@ -184,7 +250,7 @@ $fn$;
 
 def commit_call(s: str) -> str:
     return (
-        f"SELECT {s}.statewise_commit(%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+        f"SELECT {s}.statewise_commit(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
         f"%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
         f"%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[], "
         f"%s, %s, %s, %s, %s, %s, %s, %s, %s::double precision)"

@@ -75,6 +75,14 @@ class Keys:
     def runord(self, sid: str) -> str:
         return f"{self.p}:runord:{sid}"
 
+    def commits(self, sid: str) -> str:
+        """The session's landed commit ids and their results (exactly-once retries)."""
+        return f"{self.p}:commits:{sid}"
+
+    def leases(self, sid: str) -> str:
+        """The session's run leases: run id -> "owner|expiry"."""
+        return f"{self.p}:leases:{sid}"
+
     def scope_keys(self, key: ScopeKey) -> list[str]:
         return [self.scope(key), self.dseg(key), self.dmeta(key), self.snap(key), self.snapv(key)]
 
@@ -86,6 +94,8 @@ class Keys:
             self.evm(sid),
             self.runs(sid),
             self.runord(sid),
+            self.commits(sid),
+            self.leases(sid),
             *self.scope_keys(ScopeKey("session", sid)),
         ]
 

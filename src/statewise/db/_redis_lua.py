@@ -7,13 +7,14 @@ script never decodes or re-encodes user JSON (cjson would turn `[]` into `{}` an
 floats to 14 digits).
 
 KEYS of COMMIT: 1 session hash, 2 all-sessions index, 3 user index, 4 app index,
-5 event data, 6 event meta, 7 runs hash, 8 run order; then 5 per scope write: scope hash,
-delta segments, delta meta, snapshots, snapshot versions.
+5 event data, 6 event meta, 7 runs hash, 8 run order, 9 commit ids; then 5 per scope
+write: scope hash, delta segments, delta meta, snapshots, snapshot versions.
 ARGV[1] is a small JSON header (see `RedisDb._commit_args`); ARGV[2..] are the blobs it
 refers to by index.
 
-Returns {1, last_seq} on success, {2, last_seq} when this exact commit (its token) already
-landed (a retry after a lost reply), {0, "session", expected} or {0, "scope", i, actual}
+Returns {1, last_seq} on success, {2, result} when this commit's id already landed (a
+retry after a lost reply, even after other writers' commits; `result` as
+`encode_commit_result` writes it), {0, "session", expected} or {0, "scope", i, actual}
 (actual = -1 when the scope does not exist) on a lost race.
 """
 
@@ -23,16 +24,13 @@ COMMIT = r"""#!lua
 local h = cjson.decode(ARGV[1])
 local sess = KEYS[1]
 local now = h.now
-local done = redis.call('HGET', sess, 'last_commit')
-if done then
-  local token, seq = string.match(done, '^(.-):(%d+)$')
-  if token == h.token then return {2, tonumber(seq)} end
-end
+local done = redis.call('HGET', KEYS[9], h.token)
+if done then return {2, done} end
 local exists = redis.call('EXISTS', sess) == 1
 if h.create and exists then return {0, 'session', 0} end
 if (not h.create) and (not exists) then return {0, 'session', 1} end
 for i, w in ipairs(h.writes) do
-  local b = 8 + (i - 1) * 5
+  local b = 9 + (i - 1) * 5
   local v = redis.call('HGET', KEYS[b + 1], 'version')
   local actual = v and tonumber(v) or 0
   if actual ~= w.base then return {0, 'scope', i, v and actual or -1} end
@@ -50,12 +48,11 @@ else
   last = redis.call('HINCRBY', sess, 'last_seq', n)
   redis.call('HSET', sess, 'updated_at', now)
 end
-redis.call('HSET', sess, 'last_commit', h.token .. ':' .. last)
 redis.call('ZADD', KEYS[2], h.score, h.sid)
 if h.user_id then redis.call('ZADD', KEYS[3], h.score, h.sid) end
 if h.app_name then redis.call('ZADD', KEYS[4], h.score, h.sid) end
 for i, w in ipairs(h.writes) do
-  local b = 8 + (i - 1) * 5
+  local b = 9 + (i - 1) * 5
   local nv = w.base + 1
   redis.call('HSET', KEYS[b + 1], 'version', nv, 'updated_at', now)
   redis.call('HINCRBY', KEYS[b + 1], 'tail_bytes', w.dbytes)
@@ -68,6 +65,9 @@ for i, w in ipairs(h.writes) do
                'tail_bytes', 0)
   end
 end
+local versions = ''
+for _, w in ipairs(h.writes) do versions = versions .. '|' .. w.kind .. '=' .. (w.base + 1) end
+redis.call('HSET', KEYS[9], h.token, last .. '|' .. n .. versions)
 local first = last - n + 1
 for i, e in ipairs(h.events) do
   redis.call('HSET', KEYS[5], first + i - 1, ARGV[e[1]])
@@ -118,4 +118,26 @@ for i = 1, #KEYS, 3 do
   out[#out + 1] = row
 end
 return out
+"""
+
+
+CLAIM_RUN = r"""#!lua
+-- KEYS[1] the session's run leases hash; ARGV: run id, owner, new expiry, now.
+-- A lease is "owner|expiry"; taken when free, ours, or expired. Returns 1 or 0.
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held then
+  local owner, expires = string.match(held, '^(.*)|([^|]*)$')
+  if owner ~= ARGV[2] and tonumber(expires) > tonumber(ARGV[4]) then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+return 1
+"""
+
+RELEASE_RUN = r"""#!lua
+-- KEYS[1] the session's run leases hash; ARGV: run id, owner.
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if held and string.match(held, '^(.*)|[^|]*$') == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
 """

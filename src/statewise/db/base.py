@@ -198,6 +198,19 @@ class BaseDb(ABC):
         """Write a session exactly as exported (refuses to overwrite an existing one)."""
 
     @abstractmethod
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        """Take or renew the lease on a run, atomically (a compare-and-swap on the lease).
+
+        True when nobody holds it, `owner` already holds it, or the holder's lease expired
+        (its process died); the lease then belongs to `owner` for `ttl` more seconds.
+        False, changing nothing, while another owner's lease is live.
+        """
+
+    @abstractmethod
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        """Give up `owner`'s lease on a run (nothing if another owner holds it)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     # ---- written once for every backend -------------------------------------------------
@@ -245,6 +258,12 @@ class BaseDb(ABC):
             return fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking function that does I/O on this database, from async code, the
+        way this database's own async methods do (inline for local databases, in a worker
+        thread for network ones)."""
+        return await self._run_async(fn, *args, **kwargs)
+
     async def aprobe(
         self, session_id: str, keys: Sequence[ScopeKey]
     ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
@@ -264,6 +283,12 @@ class BaseDb(ABC):
 
     async def aread_runs(self, session_id: str, **kwargs: Any) -> list[RunRecord]:
         return await self._run_async(self.read_runs, session_id, **kwargs)
+
+    async def aclaim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        return await self._run_async(self.claim_run, session_id, run_id, owner, ttl)
+
+    async def arelease_run(self, session_id: str, run_id: str, owner: str) -> None:
+        await self._run_async(self.release_run, session_id, run_id, owner)
 
 
 def split_records(

@@ -24,6 +24,8 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    decode_commit_result,
+    encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
 from statewise.exceptions import CorruptRecordError, StorageError, VersionConflict
@@ -54,6 +56,8 @@ class InMemoryDb(BaseDb):
         self._scopes: dict[ScopeKey, _Scope] = {}
         self._events: dict[str, list[tuple[int, str | None, str, str, float]]] = {}
         self._runs: dict[str, dict[str, RunRecord]] = {}
+        self._commits: dict[str, dict[str, str]] = {}  # session id -> commit id -> result
+        self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
 
     def __repr__(self) -> str:
         return "InMemoryDb()"
@@ -104,6 +108,9 @@ class InMemoryDb(BaseDb):
         now = time.time()
         session = commit.session
         with self._lock:
+            landed = self._commits.get(session.session_id, {}).get(commit.commit_id)
+            if commit.commit_id and landed is not None:
+                return decode_commit_result(commit, landed, now)
             existing = self._sessions.get(session.session_id)
             if commit.create_session and existing is not None:
                 raise VersionConflict(f"session {session.session_id!r}", 0, None)
@@ -170,6 +177,10 @@ class InMemoryDb(BaseDb):
                     run_copy.agent_name, run_copy.input = previous.agent_name, previous.input
                 run_copy.updated_at = now
                 runs[run_copy.run_id] = run_copy
+            if commit.commit_id:
+                self._commits.setdefault(session.session_id, {})[commit.commit_id] = (
+                    encode_commit_result(versions, existing.last_seq, len(commit.events))
+                )
             return CommitResult(
                 versions=versions, first_seq=first_seq, last_seq=existing.last_seq, committed_at=now
             )
@@ -283,6 +294,21 @@ class InMemoryDb(BaseDb):
         found.sort(key=lambda s: (-s.updated_at, s.session_id))
         return found[offset : offset + limit]
 
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        now = time.time()
+        with self._lock:
+            held = self._leases.get((session_id, run_id))
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._leases[(session_id, run_id)] = (owner, now + ttl)
+            return True
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        with self._lock:
+            held = self._leases.get((session_id, run_id))
+            if held is not None and held[0] == owner:
+                del self._leases[(session_id, run_id)]
+
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
         with self._lock:
@@ -290,6 +316,9 @@ class InMemoryDb(BaseDb):
             self._events.pop(session_id, None)
             self._runs.pop(session_id, None)
             self._scopes.pop(ScopeKey("session", session_id), None)
+            self._commits.pop(session_id, None)
+            for lease in [k for k in self._leases if k[0] == session_id]:
+                del self._leases[lease]
             return existed
 
     def prune_sessions(

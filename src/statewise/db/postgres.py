@@ -420,6 +420,31 @@ class PostgresDb(BaseDb):
 
         return run_commit(self, commit)
 
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        s = self._s
+        now = time.time()
+
+        def claim(conn: psycopg.Connection[Any]) -> bool:
+            row = conn.execute(
+                f"INSERT INTO {s}.run_leases AS l (session_id, run_id, owner, expires_at) "
+                f"VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, run_id) DO UPDATE SET "
+                f"owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE l.owner = excluded.owner OR l.expires_at <= %s RETURNING owner",
+                (session_id, run_id, owner, now + ttl, now),
+            ).fetchone()
+            return row is not None
+
+        return self._transaction(claim)
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        s = self._s
+        self._transaction(
+            lambda conn: conn.execute(
+                f"DELETE FROM {s}.run_leases WHERE session_id = %s AND run_id = %s AND owner = %s",
+                (session_id, run_id, owner),
+            )
+        )
+
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
         return self._transaction(lambda c: self._delete_in(c, [session_id])) > 0
@@ -429,7 +454,7 @@ class PostgresDb(BaseDb):
         found = conn.execute(
             f"DELETE FROM {s}.sessions WHERE session_id = ANY(%s::text[])", (ids,)
         ).rowcount
-        for table in ("events", "runs"):
+        for table in ("events", "runs", "commits", "run_leases"):
             conn.execute(f"DELETE FROM {s}.{table} WHERE session_id = ANY(%s::text[])", (ids,))
         for table in ("deltas", "snapshots", "scopes"):
             conn.execute(

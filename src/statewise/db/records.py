@@ -214,9 +214,15 @@ class Commit:
 
     `create_session` asks that the session not exist yet (two processes creating the same
     session race on it like on a version).
+
+    `commit_id` names this commit for exactly-once delivery: the database stores it in the
+    same transaction as the commit, and a commit whose id is already stored is not applied
+    again; the database answers with the result stored for it (`CommitResult.replayed`).
+    A commit keeps its id across retries and rebases.
     """
 
     session: SessionRecord
+    commit_id: str = ""
     create_session: bool = False
     writes: list[ScopeWrite] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
@@ -231,3 +237,29 @@ class CommitResult:
     first_seq: int
     last_seq: int
     committed_at: float
+    replayed: bool = False  # the commit id had already landed: nothing was applied again
+
+
+def encode_commit_result(versions: dict[ScopeKey, int], last_seq: int, n_events: int) -> str:
+    """How a backend stores a commit's result next to its commit id (compact text)."""
+    parts = [str(last_seq), str(n_events)]
+    parts += [f"{key.kind}={version}" for key, version in versions.items()]
+    return "|".join(parts)
+
+
+def decode_commit_result(commit: Commit, text: str, committed_at: float = 0.0) -> CommitResult:
+    """The stored result of an already landed commit, for `commit`'s scope keys."""
+    fields = text.split("|")
+    last_seq, n_events = int(fields[0]), int(fields[1])
+    by_kind = dict(f.split("=", 1) for f in fields[2:])
+    versions = {}
+    for write in commit.writes:
+        if write.key.kind in by_kind:
+            versions[write.key] = int(by_kind[write.key.kind])
+    return CommitResult(
+        versions=versions,
+        first_seq=last_seq - n_events + 1,
+        last_seq=last_seq,
+        committed_at=committed_at,
+        replayed=True,
+    )

@@ -55,6 +55,7 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    decode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
 from statewise.db.url import mask_password
@@ -67,6 +68,8 @@ from statewise.exceptions import (
 
 try:
     import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("redis", "redis") from exc
 
@@ -90,8 +93,14 @@ class RedisDb(BaseDb):
         self.keys = Keys(prefix)
         self._closed = False
         self._own_client = client is None
+        # A dropped connection is retried: every commit carries its commit id, so a retry
+        # of a commit that landed is answered by the server, never applied twice.
         self.client: Any = client or redis.Redis.from_url(
-            url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout
+            url,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), 3),
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         )
         try:
             info = self.client.info("server")
@@ -107,6 +116,8 @@ class RedisDb(BaseDb):
             )
         self._commit_script = self.client.register_script(lua.COMMIT)
         self._load_script = self.client.register_script(lua.LOAD)
+        self._claim_script = self.client.register_script(lua.CLAIM_RUN)
+        self._release_script = self.client.register_script(lua.RELEASE_RUN)
 
     def __repr__(self) -> str:
         return f"RedisDb(url={mask_password(self.url)!r}, prefix={self.prefix!r})"
@@ -254,6 +265,8 @@ class RedisDb(BaseDb):
         now = time.time()
         keys, args = self._commit_args(commit, now)
         reply = self._call("commit", self._commit_script, keys=keys, args=args)
+        if reply[0] == 2:
+            return decode_commit_result(commit, dec(reply[1]) or "", now)
         if reply[0] == 0:
             sid = commit.session.session_id
             if dec(reply[1]) == "session":
@@ -288,7 +301,7 @@ class RedisDb(BaseDb):
             "kind": s.kind,
             "now": stamp,
             "score": repr(-now),
-            "token": uuid.uuid4().hex,
+            "token": commit.commit_id or uuid.uuid4().hex,
             "n_events": len(commit.events),
             "metadata": blob(_codec.dumps(s.metadata)),
             "writes": [],
@@ -307,6 +320,7 @@ class RedisDb(BaseDb):
             k.evm(sid),
             k.runs(sid),
             k.runord(sid),
+            k.commits(sid),
         ]
         for w in commit.writes:
             snapshot = w.snapshot_text
@@ -319,6 +333,7 @@ class RedisDb(BaseDb):
             ]
             header["writes"].append(
                 {
+                    "kind": w.key.kind,
                     "base": w.base_version,
                     "seg": blob(w.segments_text),
                     "meta": blob(_codec.dumps(meta)),
@@ -347,6 +362,24 @@ class RedisDb(BaseDb):
                     run[name] = getattr(r, name)
             header["run"] = run
         return keys, [_codec.dumps(header), *blobs]
+
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        now = time.time()
+        reply = self._call(
+            "run lease",
+            self._claim_script,
+            keys=[self.keys.leases(session_id)],
+            args=[run_id, owner, repr(now + ttl), repr(now)],
+        )
+        return int(reply) == 1
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        self._call(
+            "run lease release",
+            self._release_script,
+            keys=[self.keys.leases(session_id)],
+            args=[run_id, owner],
+        )
 
     def delete_session(self, session_id: str) -> bool:
         from statewise.db._redis_admin import delete_sessions

@@ -39,6 +39,8 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    decode_commit_result,
+    encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
 from statewise.exceptions import (
@@ -137,6 +139,26 @@ def _migrations(p: str) -> list[str]:
         + _to_rowid_table(
             p, "events", "session_id, seq, run_id, type, data, created_at", "session_id, seq"
         ),
+        # 3: commit ids, stored with each commit so a retried commit is never applied twice.
+        f"""
+        CREATE TABLE {p}commits (
+            session_id TEXT NOT NULL,
+            commit_id TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (session_id, commit_id)
+        ) WITHOUT ROWID;
+        """,
+        # 4: run leases: who is running (or resuming) a run, until when.
+        f"""
+        CREATE TABLE {p}run_leases (
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            PRIMARY KEY (session_id, run_id)
+        ) WITHOUT ROWID;
+        """,
     ]
 
 
@@ -642,6 +664,13 @@ class SqliteDb(BaseDb):
         now = time.time()
         session = commit.session
         n_events = len(commit.events)
+        if commit.commit_id:
+            landed = conn.execute(
+                f"SELECT result, created_at FROM {p}commits WHERE session_id = ? AND commit_id = ?",
+                (session.session_id, commit.commit_id),
+            ).fetchone()
+            if landed is not None:
+                return decode_commit_result(commit, landed[0], landed[1])
         if commit.create_session:
             try:
                 conn.execute(
@@ -759,8 +788,48 @@ class SqliteDb(BaseDb):
                     now,
                 ),
             )
+        if commit.commit_id:
+            conn.execute(
+                f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
+                f"VALUES (?,?,?,?)",
+                (
+                    session.session_id,
+                    commit.commit_id,
+                    encode_commit_result(versions, last_seq, n_events),
+                    now,
+                ),
+            )
         return CommitResult(
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
+        )
+
+    def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        p = self.table_prefix
+        now = time.time()
+
+        def claim(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                f"INSERT INTO {p}run_leases (session_id, run_id, owner, expires_at) "
+                f"VALUES (?,?,?,?) ON CONFLICT (session_id, run_id) DO UPDATE SET "
+                f"owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE {p}run_leases.owner = excluded.owner OR {p}run_leases.expires_at <= ? "
+                f"RETURNING owner",
+                (session_id, run_id, owner, now + ttl, now),
+            ).fetchone()
+            return row is not None
+
+        try:
+            return self._write(claim)
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite run lease on {self.db_file!r} failed: {exc}") from exc
+
+    def release_run(self, session_id: str, run_id: str, owner: str) -> None:
+        p = self.table_prefix
+        self._write(
+            lambda conn: conn.execute(
+                f"DELETE FROM {p}run_leases WHERE session_id = ? AND run_id = ? AND owner = ?",
+                (session_id, run_id, owner),
+            )
         )
 
     def delete_session(self, session_id: str) -> bool:
@@ -771,7 +840,7 @@ class SqliteDb(BaseDb):
             found = conn.execute(
                 f"DELETE FROM {p}sessions WHERE session_id = ?", (session_id,)
             ).rowcount
-            for table in ("events", "runs"):
+            for table in ("events", "runs", "commits", "run_leases"):
                 conn.execute(f"DELETE FROM {p}{table} WHERE session_id = ?", (session_id,))
             for table in ("deltas", "snapshots", "scopes"):
                 conn.execute(

@@ -11,6 +11,7 @@ from statewise.state.tracked import TrackedDict
 
 if TYPE_CHECKING:
     from statewise.db.store import StateStore, WorkingState
+    from statewise.db.transaction import AsyncTransaction
 
 
 @dataclass(kw_only=True, eq=False)
@@ -31,6 +32,7 @@ class RunContext:
     metadata: dict[str, Any] = field(default_factory=dict)
     _working: WorkingState | None = field(default=None, repr=False)
     _store: StateStore | None = field(default=None, repr=False)
+    _txn: AsyncTransaction | None = field(default=None, repr=False)
 
     @property
     def session_state(self) -> TrackedDict:

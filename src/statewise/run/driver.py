@@ -84,7 +84,7 @@ def initialize_state(
     root = working.root
     for key, value in defaults.items():
         if key.startswith("temp:") or (
-            key not in root and (working.is_new or scope_of(key)[0] != "session")
+            key not in root and (working.is_fresh or scope_of(key)[0] != "session")
         ):
             root[key] = value
     working.mark("default_state")
@@ -104,7 +104,8 @@ async def drive_run(
 ) -> AsyncIterator[RunEvent]:
     spec = request.spec
     started = time.perf_counter()
-    working = await store.db._run_async(store.checkout, spec)
+    txn = await store.abegin(spec)
+    working = txn.working
     run_id = new_id()
     ctx = RunContext(
         run_id=run_id,
@@ -114,8 +115,9 @@ async def drive_run(
         agent_name=rt.name,
         _working=working,
         _store=store,
+        _txn=txn,
     )
-    scope = RunScope(store=store, working=working, run_id=run_id)
+    scope = RunScope(txn=txn, run_id=run_id)
     metrics = RunMetrics()
     ctx.metadata[METRICS_KEY] = metrics  # nested runs (team members) count in this run
     record = RunRecord(
@@ -174,7 +176,7 @@ async def drive_run(
     except BaseException as exc:
         keep = False
         failure = exc
-        working.discard_uncommitted()
+        txn.discard()
         if working.record is not None:
             record.status = "failed"
             record.error = f"{type(exc).__name__}: {exc}"
@@ -186,7 +188,7 @@ async def drive_run(
                 )
         raise
     finally:
-        store.release(working, keep=keep)
+        txn.close(keep=keep)
         _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
 
 
@@ -258,7 +260,7 @@ async def end_run(
             metrics=metrics,
             agent_name=rt.name,
             conflicts=scope.conflicts,
-            state_loader=scope.store.state_loader(scope.working),
+            state_loader=scope.txn.state_loader(),
         )
     )
 
@@ -268,9 +270,7 @@ async def history_messages(
 ) -> Sequence[Message]:
     if not runs:
         return []
-    records = await store.db._run_async(
-        store.db.read_runs, session_id, limit=runs, status="completed"
-    )
+    records = await store.db.aread_runs(session_id, limit=runs, status="completed")
     return [Message.from_dict(m) for r in records for m in r.messages]
 
 
@@ -301,6 +301,7 @@ async def run_nested(
         metadata=parent.metadata,
         _working=parent._working,
         _store=parent._store,
+        _txn=parent._txn,
     )
     host_metrics = parent.metadata.get(METRICS_KEY)
     metrics = host_metrics if isinstance(host_metrics, RunMetrics) else RunMetrics()

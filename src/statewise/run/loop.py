@@ -414,7 +414,7 @@ async def call_tool(
         value = await first_result(rt.callbacks.before_tool, available)
         if isinstance(value, RequestApproval):
             if approval is None:
-                working.recorder.rollback(savepoint)
+                working.rollback_to(savepoint)
                 if not rt.allow_pause:
                     return _NO_PAUSE.format(name=call.name), True
                 return _pending(call, "approval", value.reason)
@@ -437,16 +437,20 @@ async def call_tool(
         )
         if replaced is not None:
             value = replaced
-        scope.store.validate(working, {str(op.path[0]) for op in working.recorder.ops[ops_before:]})
+        # A nested run (a team member) may have committed meanwhile: then every op still
+        # pending is this call's.
+        ops = working.recorder.ops
+        new_ops = ops if savepoint < working.clean else ops[ops_before:]
+        scope.store.validate(working, {str(op.path[0]) for op in new_ops})
         text = format_tool_result(value)
         problem = text_problem(text)
         if problem is not None:
             raise ToolResultError(f"the tool's result {problem}")
     except ToolArgumentsError as exc:
-        working.recorder.rollback(savepoint)
+        working.rollback_to(savepoint)
         return clean_text(f"Error: {exc}"), True
     except (Exception, StatewiseError) as exc:
-        working.recorder.rollback(savepoint)
+        working.rollback_to(savepoint)
         return clean_text(f"Error: {type(exc).__name__}: {exc}"), True
     working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))
     return text, False

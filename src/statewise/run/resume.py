@@ -168,11 +168,12 @@ async def drive_continue(
     spec = request.spec
     started = time.perf_counter()
     db = store.db
-    paused, answers = await db._run_async(
+    paused, answers = await db.run_io(
         claim_paused_run, db, spec.session_id, request.run_id, request.approvals
     )
     record = paused.run
-    working = await db._run_async(store.checkout, spec)
+    txn = await store.abegin(spec, mode="existing")
+    working = txn.working
     ctx = RunContext(
         run_id=record.run_id,
         session_id=spec.session_id,
@@ -182,8 +183,9 @@ async def drive_continue(
         step=paused.step,
         _working=working,
         _store=store,
+        _txn=txn,
     )
-    scope = RunScope(store=store, working=working, run_id=record.run_id)
+    scope = RunScope(txn=txn, run_id=record.run_id)
     metrics = RunMetrics(**{k: v for k, v in record.metrics.items() if k in RunMetrics.__slots__})
     ctx.metadata[METRICS_KEY] = metrics  # team members count in this run
     before = [Message.from_dict(m) for m in record.messages]
@@ -266,7 +268,7 @@ async def drive_continue(
     except BaseException as exc:
         keep = False
         failure = exc
-        working.discard_uncommitted()
+        txn.discard()
         record.status = "failed"
         record.error = f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(Exception):
@@ -277,5 +279,5 @@ async def drive_continue(
             )
         raise
     finally:
-        store.release(working, keep=keep)
+        txn.close(keep=keep)
         _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)

@@ -1,4 +1,4 @@
-"""One run's hold on its session: the checked-out state and the commits it makes."""
+"""One run's hold on its session: the session transaction and the commits it makes."""
 
 from __future__ import annotations
 
@@ -8,20 +8,28 @@ from typing import Any
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
+from statewise.db.transaction import AsyncTransaction
 from statewise.run import _observe
 from statewise.run.events import StateChanged
 
 
 @dataclass(kw_only=True, eq=False)
 class RunScope:
-    """Commits go through the database's own sync/async policy (inline for local
-    databases, a worker thread for network ones), so the event loop is never blocked on
-    a network round trip."""
+    """A run's session transaction plus the conflicts its commits resolved. Commits go
+    through the transaction's async shell, so the event loop never waits on a network
+    round trip."""
 
-    store: StateStore
-    working: WorkingState
+    txn: AsyncTransaction
     run_id: str
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def store(self) -> StateStore:
+        return self.txn.store
+
+    @property
+    def working(self) -> WorkingState:
+        return self.txn.working
 
     async def commit(
         self,
@@ -30,17 +38,12 @@ class RunScope:
         run: RunRecord | None = None,
         step: int | None = None,
         source: str = "unattributed",
+        commit_id: str | None = None,
     ) -> StateChanged | None:
         observed = _observe.commit_started(self, self.working.spec.session_id, source, step)
         try:
-            committed = await self.store.db._run_async(
-                self.store.commit,
-                self.working,
-                events=events,
-                run=run,
-                run_id=self.run_id,
-                step=step,
-                source=source,
+            committed = await self.txn.commit(
+                events, run=run, run_id=self.run_id, step=step, source=source, commit_id=commit_id
             )
         except BaseException as exc:
             _observe.commit_finished(observed, error=exc)

@@ -14,7 +14,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from statewise.agent.sessions import StaleStateVersionError
 from statewise.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -25,7 +24,10 @@ from statewise.exceptions import (
     RunError,
     RunNotFoundError,
     RunNotPausedError,
+    SessionDeletedError,
+    SessionExistsError,
     SessionNotFoundError,
+    StaleStateVersionError,
     StateConflictError,
     StateError,
     StatewiseError,
@@ -83,6 +85,8 @@ def problem_for(exc: BaseException) -> Problem:
         return exc
     if isinstance(exc, StaleStateVersionError):
         return Problem(412, str(exc), title="State version is stale", current_version=exc.actual)
+    if isinstance(exc, SessionDeletedError):
+        return Problem(410, str(exc), title="Session deleted")
     if isinstance(exc, RunNotFoundError):
         return Problem(404, str(exc), title="Run not found")
     if isinstance(exc, RunNotPausedError):
@@ -91,6 +95,8 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(422, str(exc), title="Invalid approvals")
     if isinstance(exc, SessionNotFoundError):
         return Problem(404, str(exc), title="Session not found")
+    if isinstance(exc, SessionExistsError):
+        return Problem(409, str(exc), title="Session exists")
     if isinstance(exc, InvalidIdError):
         return Problem(400, str(exc), title="Invalid id")
     if isinstance(exc, StateConflictError):

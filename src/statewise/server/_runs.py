@@ -109,6 +109,11 @@ async def _prepare(
             raise Problem(404, f"no session {session_id!r}", title="Session not found")
         if body.user_id is None:
             user_id = found[0].user_id  # the session keeps its owner
+    else:
+        # A new session is created before the run, as a create: when two callers create
+        # the same id at once, exactly one gets it and the other a 409, never a write into
+        # (or a read of) the winner's session.
+        await run_in_threadpool(served.obj.create_session, session_id, user_id=user_id)
     return served, session_id, user_id
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from statewise.agent.sessions import (
     merge_patch_session_state,
     replace_session_state,
+    session_state_and_version,
     session_version,
 )
 from statewise.db.base import validate_id
@@ -216,8 +217,7 @@ def list_sessions(
 )
 def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     record, served = _session(registry, principal, session_id)
-    state = served.obj.get_session_state(session_id)
-    version = session_version(served.obj, session_id)
+    state, version = session_state_and_version(served.obj, session_id)
     runs = served.db.read_runs(session_id)
     return JSONResponse(
         {
@@ -240,8 +240,7 @@ def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONRes
 )
 def delete_session(session_id: SessionId, registry: Reg, principal: Who) -> Response:
     _record, served = _session(registry, principal, session_id)
-    served.db.delete_session(session_id)
-    served.store._cache.drop(session_id)
+    served.store.delete_session(session_id)
     return Response(status_code=204)
 
 
@@ -276,8 +275,8 @@ def get_run(
 )
 def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     _record, served = _session(registry, principal, session_id)
-    state = served.obj.get_session_state(session_id)
-    return _state_body(served, session_id, state, session_version(served.obj, session_id))
+    state, version = session_state_and_version(served.obj, session_id)
+    return _state_body(served, session_id, state, version)
 
 
 STATE_WRITE_ERRORS = problems(*SESSION, 409, 412, 413)
@@ -478,8 +477,8 @@ def rollback(
     assert to is not None
     _check_version(served, session_id, to, "to")
     served.obj.rollback_state(session_id, to=to, include_shared=body.include_shared)
-    state = served.obj.get_session_state(session_id)
-    return _state_body(served, session_id, state, session_version(served.obj, session_id))
+    state, version = session_state_and_version(served.obj, session_id)
+    return _state_body(served, session_id, state, version)
 
 
 class ForkBody(BaseModel):
@@ -509,8 +508,7 @@ def fork(
     if registry.find_session(new_id) is not None:
         raise Problem(409, f"session {new_id!r} already exists", title="Session exists")
     served.obj.fork_session(session_id, at=at, new_session_id=new_id)
-    state = served.obj.get_session_state(new_id)
-    version = session_version(served.obj, new_id)
+    state, version = session_state_and_version(served.obj, new_id)
     return JSONResponse(
         {
             "session_id": new_id,

@@ -3,8 +3,19 @@
 When a commit loses its compare-and-swap, the storage layer calls `rebase` with the latest
 stored state (which already contains `theirs`, the ops other writers committed since our
 base version) and re-applies `ours`. Commuting ops apply as they are; a set/delete whose
-path overlaps what theirs touched is resolved by the path's rule and, unless both sides
-agree, recorded as a `Conflict`: never a silent loss.
+path overlaps what theirs touched is resolved by the path's rule and always recorded as a
+`Conflict`: never a silent loss. That includes both sides writing the *same* value: from
+one base, two `n += 1` both write `base + 1`, and keeping one of them loses an increment,
+so it is a conflict like any other (`strict` raises, `last_write_wins` records it).
+
+List ops rebase by position against the ops other writers applied to the same list:
+
+- `insert(i, x)`: `i` is shifted past every element theirs inserted at or before `i` (an
+  insert at the same index as theirs goes after theirs) and back by every element
+  theirs removed before `i`; an index past the end appends.
+- `remove(x)` of the element at index `i`: the same shift finds where that element is now;
+  if it is no longer there (theirs removed it too), nothing more is removed rather than
+  another element equal to `x`.
 """
 
 from __future__ import annotations
@@ -24,12 +35,15 @@ __all__ = ["Conflict", "RebaseResult", "Rules", "rebase"]
 class Rules:
     """Merge rules by top-level key or dotted path; the most specific prefix wins."""
 
-    __slots__ = ("_rules",)
+    __slots__ = ("_default", "_rules")
 
-    def __init__(self, mapping: Mapping[str, Rule] | None = None) -> None:
+    def __init__(
+        self, mapping: Mapping[str, Rule] | None = None, *, default: Rule = "last_write_wins"
+    ) -> None:
         self._rules: dict[tuple[str, ...], Rule] = {
             tuple(key.split(".")): resolve_rule(rule) for key, rule in (mapping or {}).items()
         }
+        self._default: Rule = resolve_rule(default)
 
     def rule_for(self, path: Path) -> Rule:
         if self._rules:
@@ -38,11 +52,16 @@ class Rules:
                 rule = self._rules.get(parts[:n])
                 if rule is not None:
                     return rule
-        return "last_write_wins"
+        return self._default
+
+    @property
+    def default(self) -> Rule:
+        """The rule of every path no entry names (`last_write_wins` unless set)."""
+        return self._default
 
     def merged(self, other: Rules | Mapping[str, Rule] | None) -> Rules:
         """A new Rules with `other`'s entries overriding ours."""
-        new = Rules()
+        new = Rules(default=self._default)
         new._rules = dict(self._rules)
         new._rules.update(other._rules if isinstance(other, Rules) else Rules(other)._rules)
         return new
@@ -130,10 +149,77 @@ def _recreated(op: Op) -> Any:
     return op.value if op.op == "set" else MISSING
 
 
+_LIST_OPS = ("insert", "append", "extend", "remove")
+_DROP = object()
+
+
+class _Positions:
+    """Where the elements of one list are, in our coordinates (base + our ops) and in the
+    document's (base + theirs + our ops): each element is a label, so an index of ours
+    maps to the same element in the document, wherever theirs moved it."""
+
+    def __init__(self, size: int, theirs: Sequence[Op]) -> None:
+        n = size - sum(
+            1 if t.op in ("insert", "append") else len(t.value) if t.op == "extend" else -1
+            for t in theirs
+        )
+        if n < 0:
+            raise ValueError("their ops do not add up")
+        self.ours: list[object] = [("base", k) for k in range(n)]
+        self.doc: list[object] = list(self.ours)
+        for t in theirs:
+            if t.op == "remove":
+                if t.index is None or not 0 <= t.index < len(self.doc):
+                    raise ValueError("their remove has no position")
+                del self.doc[t.index]
+            elif t.op == "insert":
+                index = len(self.doc) if t.index is None else min(t.index, len(self.doc))
+                self.doc.insert(index, object())
+            else:
+                count = 1 if t.op == "append" else len(t.value)
+                self.doc.extend(object() for _ in range(count))
+        if len(self.doc) != size:
+            raise ValueError("their ops do not add up")
+
+    def doc_index(self, ours: int) -> int | None:
+        """The document index of our element at `ours` (None: theirs removed it)."""
+        label = self.ours[ours]
+        return self.doc.index(label) if label in self.doc else None
+
+    def insert(self, ours: int) -> int:
+        """Our insert before our element `ours` (or at the end): its document index. An
+        insert where theirs inserted too goes after theirs."""
+        label = object()
+        at = len(self.doc)
+        for anchor in self.ours[ours:]:
+            if anchor in self.doc:
+                at = self.doc.index(anchor)
+                break
+        self.ours.insert(ours, label)
+        self.doc.insert(at, label)
+        return at
+
+    def append(self, count: int) -> None:
+        for _ in range(count):
+            label = object()
+            self.ours.append(label)
+            self.doc.append(label)
+
+    def remove(self, ours: int) -> int | None:
+        at = self.doc_index(ours)
+        label = self.ours.pop(ours)
+        if at is not None:
+            self.doc.remove(label)
+        return at
+
+
 class _Rebase:
     def __init__(self, latest: dict[str, Any], theirs: Sequence[Op], rules: Rules) -> None:
         self.doc = latest
         self.rules = rules
+        self.theirs = theirs
+        self.positions: dict[Path, _Positions | None] = {}
+        self.replaced: set[Path] = set()  # paths our own ops set or deleted
         self.touched = {op.path for op in theirs}
         self.touched_prefixes = {op.path[:n] for op in theirs for n in range(1, len(op.path))}
         self.claimed: set[Path] = set()  # paths ours already won (later ops there apply)
@@ -146,9 +232,77 @@ class _Rebase:
             return True
         return any(path[:n] in self.touched for n in range(1, len(path) + 1))
 
+    def list_positions(self, path: Path) -> _Positions | None:
+        """Positions of the list at `path` when theirs only moved its elements (inserts,
+        appends, removes); None when theirs replaced it (or it is not a list)."""
+        if path in self.positions:
+            return self.positions[path]
+        found: _Positions | None = None
+        mine = [t for t in self.theirs if t.path == path]
+        replaced = any(t.op not in _LIST_OPS for t in mine) or any(
+            t.path == path[:n] and t.op in ("set", "delete")
+            for t in self.theirs
+            for n in range(1, len(path))
+        )
+        replaced = replaced or any(path[:n] in self.replaced for n in range(1, len(path) + 1))
+        current = _get(self.doc, path)
+        if mine and not replaced and isinstance(current, list):
+            try:
+                found = _Positions(len(current), mine)
+            except ValueError:
+                found = None
+        self.positions[path] = found
+        return found
+
+    def map_list(self, op: Op) -> Op | object | None:
+        """Our op moved to where its element is now: a list op on a list theirs also
+        changed, or a write into one of its elements. `_DROP` when the element is gone
+        (both sides removed it); None when positions are not tracked."""
+        if op.op in _LIST_OPS:
+            where = self.list_positions(op.path)
+            if where is None:
+                return None
+            if op.op in ("append", "extend"):
+                where.append(1 if op.op == "append" else len(op.value))
+                return op
+            index = op.index
+            if index is None or not 0 <= index <= len(where.ours):
+                return None
+            if op.op == "insert":
+                return Op(op="insert", path=op.path, value=op.value, index=where.insert(index))
+            if index == len(where.ours):
+                return None
+            removed_at = where.remove(index)
+            if removed_at is None:
+                return _DROP
+            return Op(op="remove", path=op.path, value=op.value, index=removed_at)
+        for n in range(1, len(op.path)):
+            key = op.path[n]
+            if isinstance(key, int) and not isinstance(key, bool):
+                where = self.list_positions(op.path[:n])
+                if where is None or not 0 <= key < len(where.ours):
+                    continue
+                element = where.doc_index(key)
+                if element is None:
+                    return None
+                path = (*op.path[:n], element, *op.path[n + 1 :])
+                return Op(op=op.op, path=path, value=op.value, index=op.index, prior=op.prior)
+        return None
+
     def apply(self, op: Op) -> None:
         if self.creates_existing(op):
             return
+        mapped = self.map_list(op)
+        if mapped is _DROP:
+            return
+        if isinstance(mapped, Op):
+            if mapped.op in _LIST_OPS:
+                apply_op(self.doc, mapped)
+                self.result.ops.append(mapped)
+                return
+            op = mapped
+        if op.op in ("set", "delete"):
+            self.replaced.add(op.path)
         if op.op in ("set", "delete") and self.overlaps(op.path):
             ours = op.value if op.op == "set" else MISSING
             self.resolve(op.path, op.prior, ours, forced=False)
@@ -172,9 +326,6 @@ class _Rebase:
         rule = self.rules.rule_for(path)
         theirs = _get(self.doc, path)
         if isinstance(rule, str):
-            if not forced and _same(theirs, ours):
-                self.write(path, theirs, ours)
-                return
             if rule == "strict":
                 raise StateConflictError(format_path(path), theirs, ours)
             resolved = ours
@@ -187,17 +338,17 @@ class _Rebase:
         # (when the commit loses another race) does not count the other writers twice.
         if not self.write(path, theirs, resolved):
             resolved = theirs
-        if forced or not _same(theirs, resolved) or not isinstance(rule, str):
-            self.result.conflicts.append(
-                Conflict(
-                    path=path,
-                    base=base,
-                    theirs=theirs,
-                    ours=ours,
-                    resolved=resolved,
-                    rule=rule_name(rule),
-                )
+        # A path both sides changed from one base is always recorded, equal values too.
+        self.result.conflicts.append(
+            Conflict(
+                path=path,
+                base=base,
+                theirs=theirs,
+                ours=ours,
+                resolved=resolved,
+                rule=rule_name(rule),
             )
+        )
 
     def write(self, path: Path, prior: Any, value: Any) -> bool:
         if value is MISSING:

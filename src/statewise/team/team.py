@@ -120,12 +120,12 @@ class Team(Agent):
     async def _run_member(self, run_context: RunContext, member_name: str, task: str) -> str:
         """Run a member nested in the current run, on the team's state."""
         member = self._member(member_name)
-        working = run_context._working
-        assert working is not None and run_context._store is not None
+        txn = run_context._txn
+        assert txn is not None
         scope = run_context.metadata.get(SCOPE_KEY)
-        if not isinstance(scope, RunScope) or scope.working is not working:
-            scope = RunScope(store=run_context._store, working=working, run_id=run_context.run_id)
-        savepoint = working.recorder.savepoint()
+        if not isinstance(scope, RunScope) or scope.txn is not txn:
+            scope = RunScope(txn=txn, run_id=run_context.run_id)
+        savepoint = txn.savepoint()
         result = StepsResult()
         sink = run_context.metadata.get(EVENT_SINK)
         try:
@@ -138,7 +138,7 @@ class Team(Agent):
                     sink.put_nowait(event)
         except Exception as exc:
             # The member may have committed some of its steps: keep those, undo the rest.
-            working.recorder.rollback(max(savepoint, working.clean))
+            txn.rollback(savepoint)
             return f"Error: member {member_name!r} failed: {type(exc).__name__}: {exc}"
         return result.content or ""
 

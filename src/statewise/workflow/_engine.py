@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statewise.db.records import NewEvent, RunRecord
-from statewise.db.store import WorkingState
 from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.events import RunEvent, StateChanged
 from statewise.run.scope import RunScope
-from statewise.state.tracked import Recorder, to_plain, track
 from statewise.team import SCOPE_KEY
 from statewise.workflow.types import StepInput, StepOutput
 
@@ -66,6 +64,7 @@ class StepScope(RunScope):
         run: RunRecord | None = None,
         step: int | None = None,
         source: str = "unattributed",
+        commit_id: str | None = None,
     ) -> StateChanged | None:
         self.working.mark(source)
         self.pending.extend(events)
@@ -78,10 +77,15 @@ class StepScope(RunScope):
         run: RunRecord | None = None,
         step: int | None = None,
         source: str = "unattributed",
+        commit_id: str | None = None,
     ) -> StateChanged | None:
+        """Persist the step's ops and events in one commit. `commit_id` (e.g. the run id
+        and the step) makes a re-executed step's commit land at most once."""
         all_events = [*self.pending, *events]
         self.pending = []
-        return await RunScope.commit(self, all_events, run=run, step=step, source=source)
+        return await RunScope.commit(
+            self, all_events, run=run, step=step, source=source, commit_id=commit_id
+        )
 
 
 @dataclass(kw_only=True, eq=False)
@@ -145,17 +149,9 @@ class Executor:
 
     def branch(self) -> Executor:
         """A new line of execution on its own copy of the current state (Parallel)."""
-        parent = self.scope.working
-        recorder = Recorder()
-        data = {k: to_plain(v) for k, v in dict.items(parent.root)}
-        working = WorkingState(
-            spec=parent.spec,
-            record=parent.record,
-            versions=dict(parent.versions),
-            root=track(data, recorder),
-            recorder=recorder,
-        )
-        scope = StepScope(store=self.scope.store, working=working, run_id=self.scope.run_id)
+        txn = self.scope.txn.branch()
+        working = txn.working
+        scope = StepScope(txn=txn, run_id=self.scope.run_id)
         metadata: dict[str, Any] = {**self.ctx.metadata, SCOPE_KEY: scope}
         ctx = RunContext(
             run_id=self.ctx.run_id,
@@ -166,6 +162,7 @@ class Executor:
             metadata=metadata,
             _working=working,
             _store=self.ctx._store,
+            _txn=txn,
         )
         return Executor(
             workflow=self.workflow,

@@ -14,7 +14,9 @@ after its last completed step.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +76,7 @@ class _Request:
     resume: _Resume | None = None
     run_id: str | None = None  # set by advance(): the run's id, chosen by the caller
     until: int | None = None  # run only the steps before this index (advance)
+    leased: bool = True  # False: a durable engine owns the run (advance)
 
 
 RESUMABLE = ("failed", "running")
@@ -103,9 +106,11 @@ class Workflow(SessionOwner):
         overwrite_db_session_state: bool = False,
         state_schema: type | None = None,
         state_rules: Mapping[str, Rule] | None = None,
+        default_state_rule: Rule = "last_write_wins",
         secret_keys: Sequence[str] | None = None,
         markdown: bool = False,
         debug_mode: bool = False,
+        run_lease_seconds: float = 30.0,
     ) -> None:
         self.name = name
         self.description = description
@@ -120,11 +125,18 @@ class Workflow(SessionOwner):
             app_name=app_name,
             state_schema=state_schema,
             state_rules=state_rules,
+            default_state_rule=default_state_rule,
             secret_keys=secret_keys,
         )
         self.overwrite_db_session_state = overwrite_db_session_state
         self.markdown = markdown
         self.debug_mode = debug_mode
+        if run_lease_seconds <= 0:
+            raise ConfigurationError(f"run_lease_seconds must be positive, got {run_lease_seconds}")
+        # A run is owned by the process running it through a lease on the run record,
+        # renewed every third of this while it runs; a killed process's run becomes
+        # resumable once its lease expires.
+        self.run_lease_seconds = float(run_lease_seconds)
 
     def __repr__(self) -> str:
         return f"Workflow(name={self.name!r}, steps={[s.name for s in self.steps]!r})"
@@ -198,13 +210,50 @@ class Workflow(SessionOwner):
         return _Resume(record=record, input=input, done=done)
 
     async def _events(self, request: _Request) -> AsyncIterator[RunEvent]:
+        """Own the run with a lease for as long as it runs, then run it."""
+        sid = request.spec.session_id
+        run_id = request.resume.record.run_id if request.resume else (request.run_id or new_id())
+        if not request.leased:
+            async for event in self._owned_events(request, run_id):
+                yield event
+            return
+        owner, ttl = new_id(), self.run_lease_seconds
+        if not await self.db.aclaim_run(sid, run_id, owner, ttl):
+            raise RunError(
+                f"run {run_id!r} of session {sid!r} is being run by another process (it "
+                f"holds the run's lease); resume it only after that process is gone: its "
+                f"lease then expires within {ttl:g} s"
+            )
+        renew = asyncio.create_task(self._keep_lease(sid, run_id, owner, ttl))
+        try:
+            if request.resume is not None:
+                # Another resumer may have finished or advanced the run since the plan
+                # was read: plan again now that the run is ours.
+                plan = await asyncio.to_thread(self._resume_plan, sid, run_id)
+                request = dataclasses.replace(request, resume=plan, input=plan.input)
+            async for event in self._owned_events(request, run_id):
+                yield event
+        finally:
+            renew.cancel()
+            with contextlib.suppress(BaseException):
+                await renew
+            with contextlib.suppress(Exception):
+                await self.db.arelease_run(sid, run_id, owner)
+
+    async def _keep_lease(self, sid: str, run_id: str, owner: str, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            with contextlib.suppress(Exception):
+                await self.db.aclaim_run(sid, run_id, owner, ttl)
+
+    async def _owned_events(self, request: _Request, run_id: str) -> AsyncIterator[RunEvent]:
         store = self._store
         started = time.perf_counter()
-        working = await store.db._run_async(store.checkout, request.spec)
+        txn = await store.abegin(request.spec)
+        working = txn.working
         spec = working.spec
         plan = request.resume
-        run_id = plan.record.run_id if plan else (request.run_id or new_id())
-        scope = StepScope(store=store, working=working, run_id=run_id)
+        scope = StepScope(txn=txn, run_id=run_id)
         ctx = RunContext(
             run_id=run_id,
             session_id=spec.session_id,
@@ -214,6 +263,7 @@ class Workflow(SessionOwner):
             metadata={SCOPE_KEY: scope, METRICS_KEY: RunMetrics()},
             _working=working,
             _store=store,
+            _txn=txn,
         )
         ex = Executor(
             workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
@@ -301,6 +351,9 @@ class Workflow(SessionOwner):
                     ],
                     step=index + 1,
                     source=f"step:{step.name}",
+                    # One id per run and step: a step executed again (a second resumer,
+                    # a replaying executor) cannot apply its state changes twice.
+                    commit_id=f"{run_id}:step:{index}",
                 )
                 if changed is not None:
                     yield changed
@@ -340,14 +393,14 @@ class Workflow(SessionOwner):
                     metrics=metrics,
                     agent_name=self.name,
                     conflicts=scope.conflicts,
-                    state_loader=store.state_loader(working),
+                    state_loader=txn.state_loader(),
                     step_outputs=outputs,
                 )
             )
         except BaseException as exc:
             keep = False
             failure = exc
-            working.discard_uncommitted()
+            txn.discard()
             scope.pending.clear()
             if working.record is not None:
                 record.status = "failed"
@@ -365,7 +418,7 @@ class Workflow(SessionOwner):
                 )
             raise
         finally:
-            store.release(working, keep=keep)
+            txn.close(keep=keep)
             _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
 
     @overload
@@ -449,7 +502,9 @@ class Workflow(SessionOwner):
 
     def resume(self, run_id: str, session_id: str | None = None) -> WorkflowRunOutput:
         """Continue a failed or killed run after its last completed step; completed steps
-        are not run again. Resume a run only once the process that ran it is gone."""
+        are not run again. While another process runs (or resumes) the run, this raises
+        `RunError`: the run is leased to that process. A killed process's lease expires
+        `run_lease_seconds` after its last renewal; then the run resumes."""
         request = self._request(None, session_id, None, None, False, run_id)
         return run_sync(_final_output(self._events(request)))
 
@@ -491,6 +546,9 @@ class Workflow(SessionOwner):
             resume=plan,
             run_id=run_id,
             until=until,
+            # The engine decides who runs the run (and recovers it at once when a worker
+            # dies); each step's commit id keeps a re-executed step from applying twice.
+            leased=False,
         )
         return run_sync(_advance(self._events(request)))
 

@@ -1,0 +1,129 @@
+"""The one place where state crosses the storage boundary.
+
+Everything a commit stores and everything a load returns passes through `StateCodec`:
+op encoding (paths relative to their scope, secret keys whole and encrypted), snapshot
+encoding, scope decoding, and the redacted forms written to the event log (state deltas
+and conflict records). A codec that changes how values are stored (encryption of other
+keys, a tenant's own codec) hooks in here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from statewise.db.planning import SCOPE_PREFIX, scope_of
+from statewise.db.records import DeltaSegment, ScopeKey
+from statewise.exceptions import SecretsError
+from statewise.state.ops import Op
+from statewise.state.secrets import (
+    Cipher,
+    is_encrypted,
+    redact_conflict,
+    registered_secrets,
+)
+from statewise.state.tracked import to_plain
+
+REDACTED = "***"
+
+
+class StateCodec:
+    """Encodes state for storage and decodes it back, with `secret_keys` encrypted."""
+
+    def __init__(self, secret_keys: Iterable[str] = (), cipher: Cipher | None = None) -> None:
+        self.secret_keys = frozenset(secret_keys)
+        self._cipher = cipher
+
+    @property
+    def cipher(self) -> Cipher:
+        if self._cipher is None:
+            self._cipher = Cipher.from_env()
+        return self._cipher
+
+    @property
+    def configured_cipher(self) -> Cipher | None:
+        """The cipher given explicitly (None: read from the environment when needed)."""
+        return self._cipher
+
+    def secrets_in(self, state: Mapping[str, Any]) -> frozenset[str]:
+        """Which keys of a merged state are secret: declared, or recorded in the data
+        (the app scope's `__secrets__` registry), so every agent on a database agrees."""
+        return self.secret_keys | registered_secrets(state)
+
+    # ---- storage -> state ----------------------------------------------------------------
+
+    def decode_scope(self, key: ScopeKey, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A scope's stored keys as the merged state names them, secrets decrypted."""
+        prefix = SCOPE_PREFIX[key.kind]
+        out = {}
+        for name, value in data.items():
+            full = prefix + name
+            if is_encrypted(value):
+                value = self._decrypt(full, value)
+            out[full] = value
+        return out
+
+    def _decrypt(self, full: str, value: Any) -> Any:
+        """Any agent decrypts what it finds encrypted (never encrypting it twice later); one
+        that did not declare the key keeps the value as stored when it has no key."""
+        try:
+            return self.cipher.decrypt_value(value)
+        except SecretsError:
+            if full in self.secret_keys:
+                raise
+            return value
+
+    # ---- state -> storage ----------------------------------------------------------------
+
+    def encode_op(
+        self, op: Op, root: Mapping[str, Any], kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """An op as stored: path relative to its scope; secrets whole and encrypted."""
+        full = str(op.path[0])
+        name = scope_of(full)[1]
+        if full in secrets:
+            if full not in root:
+                return {"op": "delete", "path": [name]}
+            value = self.cipher.encrypt_value(to_plain(root[full]))
+            return {"op": "set", "path": [name], "value": value}
+        data = op.to_json()
+        if kind != "session":
+            data["path"] = [name, *data["path"][1:]]
+        return data
+
+    def encode_snapshot(
+        self, root: Mapping[str, Any], key: ScopeKey, secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """The complete stored form of one scope of the merged state."""
+        prefix = SCOPE_PREFIX[key.kind]
+        out = {}
+        for full, value in root.items():
+            if scope_of(full)[0] != key.kind:
+                continue
+            plain = to_plain(value)
+            if full in secrets:
+                plain = self.cipher.encrypt_value(plain)
+            out[full[len(prefix) :]] = plain
+        return out
+
+    # ---- the event log (what readers of events may see) ---------------------------------
+
+    def redact_segment(
+        self, segment: DeltaSegment, kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """A delta segment as the event log shows it: secret (and encrypted) values hidden."""
+        secret_names = {scope_of(k)[1] for k in secrets if scope_of(k)[0] == kind}
+        ops = [
+            {**raw, "value": REDACTED}
+            if "value" in raw and (raw["path"][0] in secret_names or is_encrypted(raw["value"]))
+            else raw
+            for raw in segment.ops
+        ]
+        return {"source": segment.source, "ops": ops}
+
+    def conflict_record(
+        self, conflict: Mapping[str, Any], secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """The `conflict_resolved` event, the stored delta conflict and the run output's
+        record of one conflict: a secret key's values hidden."""
+        return redact_conflict(conflict, secrets)

@@ -1,0 +1,259 @@
+"""Exactly once under faults: a fault-injecting TCP proxy on loopback in front of the real
+PostgreSQL and Redis drops connections at each point of a commit. Every round appends one
+item; afterwards the item is stored exactly once if the commit reported success, and not
+at all if it reported failure (a failure is reported only when the commit did not land).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from statewise.db.base import BaseDb
+from statewise.db.store import SessionSpec, StateStore
+from tests.db._faults import Fault, FaultProxy
+
+SPEC = SessionSpec(session_id="s1", user_id="u1", app_name="app")
+
+
+def _append(db: BaseDb, item: str) -> None:
+    store = StateStore(db)
+    ws = store.checkout(SPEC)
+    try:
+        ws.root.setdefault("items", []).append(item)
+        store.commit(ws, source=f"item:{item}")
+    finally:
+        store.release(ws, keep=False)
+
+
+def _items(db: BaseDb) -> list[str]:
+    store = StateStore(db)
+    ws = store.checkout(SPEC)
+    try:
+        return list(ws.root.get("items", []))
+    finally:
+        store.release(ws, keep=False)
+
+
+def _round(faulty: BaseDb, direct: BaseDb, item: str, arm: Callable[[], None]) -> tuple[bool, int]:
+    """(did the commit report success, how many times the item is stored)."""
+    arm()
+    try:
+        _append(faulty, item)
+        ok = True
+    except Exception:
+        ok = False
+    return ok, _items(direct).count(item)
+
+
+def _check(outcomes: list[tuple[bool, int]], what: str) -> None:
+    duplicated = sum(1 for _ok, n in outcomes if n > 1)
+    lost = sum(1 for ok, n in outcomes if ok and n == 0)
+    false_failures = sum(1 for ok, n in outcomes if not ok and n > 0)
+    assert (duplicated, lost, false_failures) == (0, 0, 0), (
+        f"{what}: {duplicated} duplicated, {lost} lost, {false_failures} reported failed "
+        f"but landed, of {len(outcomes)} rounds"
+    )
+
+
+# ---- PostgreSQL ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[tuple[str, str]]:
+    psycopg = pytest.importorskip("psycopg")
+    name = f"sw_test_{secrets.token_hex(4)}"
+    yield pg_url, name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def _pg(url: str, schema: str) -> BaseDb:
+    from statewise.db.postgres import PostgresDb
+
+    return PostgresDb(url, schema=schema, pool_size=2, pool_timeout=5, connect_timeout=3)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("fault", ["before_request", "after_request", "after_reply"])
+def test_postgres_commit_through_a_dropped_connection_lands_exactly_once(
+    pg: tuple[str, str], fault: Fault
+) -> None:
+    url, schema = pg
+    direct = _pg(url, schema)
+    proxy = FaultProxy(url)
+    faulty = _pg(proxy.url, schema)
+    other = _pg(url, schema)
+    try:
+        _append(direct, "start")
+        outcomes = []
+        for i in range(5):
+            # Another writer commits while the fault fires: the retry follows its commit.
+            outcomes.append(
+                _round(
+                    faulty,
+                    direct,
+                    f"x{i}",
+                    lambda i=i: proxy.arm(
+                        fault, lambda: _append(other, f"other{i}"), f"x{i}".encode()
+                    ),  # type: ignore[misc]
+                )
+            )
+        assert (proxy.fired, proxy.hook_errors) == (5, [])
+        _check(outcomes, f"PostgreSQL, drop {fault}")
+    finally:
+        for db in (faulty, direct, other):
+            db.close()
+        proxy.close()
+
+
+@pytest.mark.postgres
+def test_postgres_commit_dropped_while_blocked_behind_another_writer_lands_once(
+    pg: tuple[str, str],
+) -> None:
+    import psycopg
+
+    url, schema = pg
+    direct = _pg(url, schema)
+    proxy = FaultProxy(url)
+    faulty = _pg(proxy.url, schema)
+    try:
+        _append(direct, "start")
+        outcomes = []
+        for i in range(10):
+            with psycopg.connect(url) as locker:
+                # Another writer holds the session scope's row: our commit waits for it.
+                locker.execute(
+                    f'SELECT 1 FROM "{schema}".scopes WHERE kind = %s AND scope_id = %s FOR UPDATE',
+                    ("session", "s1"),
+                )
+                result: dict[str, Any] = {}
+
+                def commit(i: int = i, result: dict[str, Any] = result) -> None:
+                    try:
+                        _append(faulty, f"x{i}")
+                        result["ok"] = True
+                    except Exception as exc:
+                        result["ok"] = False
+                        result["error"] = exc
+
+                thread = threading.Thread(target=commit)
+                thread.start()
+                _wait_blocked(url, schema)
+                proxy.drop_all()  # the client loses the commit still waiting on the server
+                time.sleep(0.3)  # the client reconnects and sends it again
+                locker.rollback()  # the other writer lets go
+            thread.join(30)
+            assert not thread.is_alive()
+            outcomes.append((bool(result.get("ok")), _items(direct).count(f"x{i}")))
+        _check(outcomes, "PostgreSQL, drop while blocked")
+    finally:
+        faulty.close()
+        direct.close()
+        proxy.close()
+
+
+def _wait_blocked(url: str, schema: str) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s",
+                (f'%"{schema}".statewise_commit%',),
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the commit never blocked behind the other writer")
+
+
+# ---- Redis -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rprefix(redis_url: str) -> Iterator[tuple[str, str]]:
+    redis = pytest.importorskip("redis")
+    name = f"sw-test-{secrets.token_hex(4)}"
+    yield redis_url, name
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match="{" + name + "}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def _redis(url: str, prefix: str, client: Any = None) -> BaseDb:
+    from statewise.db.redis import RedisDb
+
+    return RedisDb(url, prefix=prefix, client=client)
+
+
+@pytest.mark.redis
+def test_redis_client_retry_after_another_writers_commit_does_not_duplicate(
+    rprefix: tuple[str, str],
+) -> None:
+    """redis-py's default Retry resends a script whose reply was lost; another writer
+    committed in between."""
+    import redis
+
+    url, prefix = rprefix
+    proxy = FaultProxy(url)
+    host, port = proxy.url.split("//", 1)[1].split("/", 1)[0].split(":")
+    client = redis.Redis(host=host, port=int(port))  # the default Retry
+    faulty = _redis(proxy.url, prefix, client=client)
+    direct, other = _redis(url, prefix), _redis(url, prefix)
+    try:
+        _append(direct, "start")
+        outcomes = [
+            _round(
+                faulty,
+                direct,
+                f"x{i}",
+                lambda i=i: proxy.arm(
+                    "after_request", lambda: _append(other, f"other{i}"), f"x{i}".encode()
+                ),  # type: ignore[misc]
+            )
+            for i in range(5)
+        ]
+        _check(outcomes, "Redis with redis-py's Retry")
+    finally:
+        for db in (faulty, direct, other):
+            db.close()
+        client.close()
+        proxy.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("fault", ["before_request", "after_request", "after_reply"])
+def test_redis_url_client_commit_through_a_dropped_connection_lands_exactly_once(
+    rprefix: tuple[str, str], fault: Fault
+) -> None:
+    """The client built from a URL: a commit that landed is never reported as failed."""
+    url, prefix = rprefix
+    proxy = FaultProxy(url)
+    faulty = _redis(proxy.url, prefix)
+    direct, other = _redis(url, prefix), _redis(url, prefix)
+    try:
+        _append(direct, "start")
+        outcomes = [
+            _round(
+                faulty,
+                direct,
+                f"x{i}",
+                lambda i=i: proxy.arm(fault, lambda: _append(other, f"other{i}"), f"x{i}".encode()),  # type: ignore[misc]
+            )
+            for i in range(5)
+        ]
+        _check(outcomes, f"Redis URL client, drop {fault}")
+    finally:
+        for db in (faulty, direct, other):
+            db.close()
+        proxy.close()

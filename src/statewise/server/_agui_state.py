@@ -27,13 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewise.db.records import Commit, NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import TTL_KEY, SessionSpec, WorkingState, scope_of
+from statewise.db.store import SessionSpec, WorkingState, scope_of
 from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
 from statewise.state.edits import fill_missing, replay_edits
 from statewise.state.jsonpatch import REDACTED, PatchMirror
 from statewise.state.ops import Op
+from statewise.state.reserved import is_reserved
 from statewise.state.secrets import is_encrypted
 from statewise.state.tracked import Recorder, track
 
@@ -43,8 +44,9 @@ _PREFIX = {"session": "", "user": "user:", "app": "app:"}
 
 
 def hidden(key: str) -> bool:
-    """Keys a frontend never sees: TTL bookkeeping and run-only `temp:` keys."""
-    return key == TTL_KEY or key.startswith("temp:")
+    """Keys a frontend never sees: the engine's bookkeeping (`__ttl__`, `app:__secrets__`,
+    any reserved name) and run-only `temp:` keys."""
+    return is_reserved(key) or key.startswith("temp:")
 
 
 def _versions_json(versions: Mapping[ScopeKey, int]) -> dict[str, int]:
@@ -161,7 +163,7 @@ class StateSync:
             prefix = _PREFIX[key.kind]
             for name, value in self.store.scope_at(key, versions.get(key, 0)).items():
                 full = prefix + name
-                if full in self.store.secret_keys and is_encrypted(value):
+                if full in self.served.secret_keys and is_encrypted(value):
                     value = self.store.cipher.decrypt_value(value)
                 data[full] = value
         recorder = Recorder()

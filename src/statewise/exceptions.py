@@ -8,6 +8,7 @@
     │   ├── StateValidationError      a write that breaks state_schema (names key and reason)
     │   ├── StateOpError              an operation on the wrong type (append to a dict, ...)
     │   ├── StateConflictError        a `strict` key set to different values concurrently
+    │   ├── ReservedKeyError          a reserved name (`__ttl__`, any `__x__`) written
     │   ├── StaleStateVersionError    a write based on a state version that moved on
     │   ├── TemplateKeyError          `strict_templates=True`: instructions name a missing key
     │   └── TempScopeError            a `temp:` key written outside a run
@@ -21,6 +22,7 @@
     │   ├── SchemaVersionError        the database was written by an unknown schema version
     │   └── DatabaseUnavailableError  cannot reach or open the database (password masked)
     ├── SecretsError                  missing or wrong STATEWISE_ENCRYPTION_KEY
+    ├── InvalidInputError             run input that cannot be stored (not valid Unicode)
     ├── ModelError
     │   ├── ModelHTTPError            the provider answered with an error status
     │   │   ├── ModelAuthenticationError
@@ -109,6 +111,10 @@ class StateConflictError(StateError):
         self.ours = ours
 
 
+class ReservedKeyError(StateError, ValueError):
+    """Names like `__ttl__` (any `__x__`) hold the engine's bookkeeping; only it writes them."""
+
+
 class StaleStateVersionError(StateError):
     """The session's state moved past the version the caller based its write on."""
 
@@ -173,6 +179,10 @@ class DatabaseUnavailableError(StorageError, ConnectionError):
 
 class SecretsError(StatewiseError):
     """Secret state cannot be encrypted or decrypted with the configured key."""
+
+
+class InvalidInputError(StatewiseError, ValueError):
+    """A run's input cannot be stored (e.g. it is not valid Unicode)."""
 
 
 class ModelError(StatewiseError):

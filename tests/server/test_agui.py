@@ -230,6 +230,9 @@ def test_auth_isolation_and_admin_only_app_scope(authed: LiveServer) -> None:
         ui.state["app:motd"] = "hello all"
         body = run_input("alice-thread", "hi", state=ui.state)
         assert_problem(alice.post(URL, json=body), 403, "app:motd")
+        fresh = run_input("alice-new-thread", "hi", state={"app:motd": "sneaky"})
+        assert_problem(alice.post(URL, json=fresh), 403, "app:motd")
+        assert alice.get("/v1/sessions/alice-new-thread").status_code == 404
     with authed.client(ADMIN) as admin:
         admin_ui = Frontend(admin, "ops-thread")
         admin_ui.run("hi")

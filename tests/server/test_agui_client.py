@@ -203,3 +203,55 @@ def test_interrupt_lands_in_pending_interrupts_and_resume_continues(
             assert any("sent 5 to bob" in str(m["content"]) for m in results)
     finally:
         ui.close()
+
+
+def test_edits_while_another_writer_appends_during_the_runs(
+    live: LiveServer, node_client: Any
+) -> None:
+    """Another client appends to the same session in a loop while the frontend runs and
+    edits: every append and every edit is in the stored state, and after a last run the
+    frontend's copy equals it."""
+    import threading
+
+    ui = node_client("js-live")
+    reply = ui.send(cmd="run", text="add start")
+    stop = threading.Event()
+    appended: list[str] = []
+
+    def writer() -> None:
+        with live.client() as http:
+            n = 0
+            while not stop.is_set() and n < 40:
+                r = http.post(
+                    "/v1/agents/lister/runs", json={"input": f"add bg-{n}", "session_id": "js-live"}
+                )
+                assert r.status_code == 200, r.text
+                appended.append(f"bg-{n}")
+                n += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for round_ in range(4):
+            edited = json.loads(json.dumps(reply["state"]))
+            edited["items"].append(f"ui-{round_}")
+            edited[f"ui-note-{round_}"] = round_
+            ui.send(cmd="setState", state=edited)
+            reply = ui.send(cmd="run", text=f"add agent-{round_}")
+            assert reply["errors"] == [], reply
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    reply = ui.send(cmd="run", text="hello")  # catch up with the last background writes
+    with live.client() as http:
+        state = stored(http, "js-live")
+    assert reply["state"] == state
+    for item in [
+        "start",
+        *appended,
+        *(f"ui-{n}" for n in range(4)),
+        *(f"agent-{n}" for n in range(4)),
+    ]:
+        assert item in state["items"], (item, state["items"])
+    assert all(state[f"ui-note-{n}"] == n for n in range(4))
+    assert len(appended) >= 2, "the other writer ran alongside"

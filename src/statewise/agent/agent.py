@@ -206,7 +206,7 @@ class Agent(SessionOwner):
             markdown=self.markdown,
             add_session_state_to_context=self.add_session_state_to_context,
             enable_agentic_state=self.enable_agentic_state,
-            secret_keys=self._store.secret_keys,
+            secret_keys=self._store.secret_keys_in(ctx.session_state),
             expose_secrets_to_model=self.expose_secrets_to_model,
             strict_templates=self.strict_templates,
         )

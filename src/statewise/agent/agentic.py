@@ -31,8 +31,18 @@ def update_session_state(
         if not isinstance(current, list):
             raise ValueError(f"cannot append to {key!r}: it holds a {type(current).__name__}")
         current.extend(items)
-    visible = {k: v for k, v in state.items() if not k.startswith("temp:")}
-    return f"Session state updated: {visible}"
+    # The reply names what changed, never the values: a value may be a secret key's, and
+    # the reply is stored in the event log and sent to the model.
+    parts = [
+        f"{verb} {', '.join(map(repr, keys))}"
+        for verb, keys in (
+            ("set", list(set or {})),
+            ("deleted", delete or []),
+            ("appended to", list(append or {})),
+        )
+        if keys
+    ]
+    return "Session state updated: " + ("; ".join(parts) or "nothing changed") + "."
 
 
 def agentic_state_tool() -> Function:

@@ -20,6 +20,7 @@ from statewise.db.records import NewEvent
 from statewise.db.store import SessionSpec, StateStore, scope_of
 from statewise.exceptions import StaleStateVersionError, StateError, TempScopeError
 from statewise.state.jsonvalue import to_json_value
+from statewise.state.reserved import check_writable, is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
 REDACTED = "***"
@@ -50,6 +51,7 @@ def session_state_and_version(owner: _HasStore, session_id: str) -> tuple[dict[s
 
 
 def _check_keys(keys: Any) -> None:
+    check_writable(keys)
     for key in keys:
         if not isinstance(key, str) or not key:
             raise StateError(f"state keys must be non-empty strings, got {key!r}")
@@ -97,7 +99,9 @@ def replace_session_state(
     plain = to_json_value(dict(state), ())
 
     def change(root: TrackedDict, secrets: frozenset[str]) -> None:
-        for name in [k for k in root if scope_of(k)[0] == "session" and k not in plain]:
+        for name in [
+            k for k in root if scope_of(k)[0] == "session" and k not in plain and not is_reserved(k)
+        ]:
             del root[name]
         for name, value in plain.items():
             if name in secrets and value == REDACTED and name in root:

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from statewise.db.store import TTL_KEY, set_expiry, visible_state
+from statewise.db.store import TTL_KEY, clear_expiry, set_expiry, visible_state
 from statewise.exceptions import TempScopeError
 from statewise.run.driver import initialize_state
+from statewise.state.reserved import is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
 if TYPE_CHECKING:
@@ -58,10 +59,12 @@ class SessionStateAPI:
             return fn(working.root)
 
     def get(self, key: str, default: Any = None) -> Any:
+        if is_reserved(key):
+            return default
         return self._read(lambda s: to_plain(s[key]) if key in s else default)
 
     def has(self, key: str) -> bool:
-        return key != TTL_KEY and self._read(lambda s: key in s)
+        return not is_reserved(key) and self._read(lambda s: key in s)
 
     def get_all(self) -> dict[str, Any]:
         return self._read(visible_state)
@@ -74,8 +77,8 @@ class SessionStateAPI:
             state[key] = value
             if ttl is not None:
                 set_expiry(state, key, ttl)
-            elif isinstance(state.get(TTL_KEY), dict) and key in state[TTL_KEY]:
-                del state[TTL_KEY][key]
+            else:
+                clear_expiry(state, key)
 
         self._write(f"api:state.set:{key}", write)
 
@@ -101,7 +104,13 @@ class SessionStateAPI:
         return result
 
     def clear(self) -> None:
-        self._write("api:state.clear", lambda s: s.clear())
+        def clear(state: TrackedDict) -> None:
+            state.clear()
+            if TTL_KEY in state:
+                with state.engine_writes():
+                    del state[TTL_KEY]
+
+        self._write("api:state.clear", clear)
 
     def __getitem__(self, key: str) -> Any:
         value = self.get(key, _MISSING)

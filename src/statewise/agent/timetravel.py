@@ -17,6 +17,7 @@ from statewise.db.base import split_records
 from statewise.db.records import NewEvent, RunRecord, ScopeKey
 from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
+from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
 from statewise.state.tracked import to_plain
 
 if TYPE_CHECKING:
@@ -43,18 +44,27 @@ class TimeTravel:
         """One entry per commit of the session's own state: version, run, step, sources,
         ops and conflicts."""
         _sid, key = self._session_key(session_id)
+        # History shows what changed, never a secret's value (stored ones are encrypted).
+        secrets = self._secret_keys(_sid)
         return [
             {
                 "version": d.version,
                 "run_id": d.run_id,
                 "step": d.step,
                 "sources": [s.source for s in d.segments],
-                "ops": d.ops,
-                "conflicts": d.conflicts,
+                "ops": [redact_op_value(op, secrets) for op in d.ops],
+                "conflicts": [redact_conflict(c, secrets) for c in d.conflicts],
                 "created_at": d.created_at,
             }
             for d in self._store.db.read_deltas(key, after_version=after_version, limit=limit)
         ]
+
+    def _secret_keys(self, session_id: str) -> frozenset[str]:
+        """The session's secret keys: declared here or recorded by its app."""
+        record = self._store.db.get_session(session_id)
+        if record is None or record.app_name is None:
+            return self._store.secret_keys
+        return self._store.app_secret_keys(record.app_name)
 
     def _version_of(self, key: ScopeKey, at: int | str | None) -> int:
         if at is None:
@@ -73,16 +83,18 @@ class TimeTravel:
     ) -> dict[str, Any]:
         """The session's own state at a version (int) or after a run (run id)."""
         _sid, key = self._session_key(session_id)
-        return self._store.scope_at(key, self._version_of(key, at))
+        return self._store.plain_scope_at(key, self._version_of(key, at))
 
     def diff_state(
         self, session_id: str | None = None, from_: int | str = 0, to: int | str | None = None
     ) -> list[dict[str, Any]]:
         """Path-by-path changes between two versions (or runs) of the session's state."""
         _sid, key = self._session_key(session_id)
-        before = self._store.scope_at(key, self._version_of(key, from_))
-        after = self._store.scope_at(key, self._version_of(key, to))
-        return [c.to_json() for c in diff_states(before, after)]
+        before = self._store.plain_scope_at(key, self._version_of(key, from_))
+        after = self._store.plain_scope_at(key, self._version_of(key, to))
+        secrets = self._secret_keys(_sid)
+        # A diff is a view of history: secret values show as "***".
+        return [redact_conflict(c.to_json(), secrets) for c in diff_states(before, after)]
 
     def rollback_state(
         self, session_id: str | None = None, *, to: int | str, include_shared: bool = False
@@ -94,7 +106,7 @@ class TimeTravel:
         """
         sid, key = self._session_key(session_id)
         version = self._version_of(key, to)
-        targets = {"": self._store.scope_at(key, version)}
+        targets = {"": self._store.plain_scope_at(key, version)}
         spec = self._spec(sid, None)
         with self._store.begin(spec, mode="existing") as txn:
             if include_shared:
@@ -111,9 +123,10 @@ class TimeTravel:
                         ),
                         default=0,
                     )
-                    targets[f"{shared.kind}:"] = self._store.scope_at(shared, shared_version)
-            for prefix, target in targets.items():
-                _restore(txn.state, prefix, target)
+                    targets[f"{shared.kind}:"] = self._store.plain_scope_at(shared, shared_version)
+            with txn.state.engine_writes():  # the engine's own keys (`__ttl__`) come back too
+                for prefix, target in targets.items():
+                    _restore(txn.state, prefix, target)
             txn.commit(
                 [
                     NewEvent(
@@ -137,7 +150,7 @@ class TimeTravel:
         session and the version it came from."""
         sid, key = self._session_key(session_id)
         version = self._version_of(key, at)
-        target = self._store.scope_at(key, version)
+        target = self._store.plain_scope_at(key, version)
         new_id = new_session_id or str(uuid.uuid4())
         source_record = self._store.db.get_session(sid)
         spec = self._spec(new_id, source_record.user_id if source_record else None)
@@ -146,8 +159,9 @@ class TimeTravel:
         except SessionExistsError:
             raise SessionExistsError(f"cannot fork into {new_id!r}: that session exists") from None
         with txn:
-            for name, value in target.items():
-                txn.state[name] = value
+            with txn.state.engine_writes():
+                for name, value in target.items():
+                    txn.state[name] = value
             event = {"from_session": sid, "at": at, "version": version}
             txn.commit([NewEvent(type="forked", data=event)], source=f"fork:{sid}")
             for run in self._runs_up_to(sid, key, version):
@@ -212,10 +226,13 @@ def _restore(root: Any, prefix: str, target: dict[str, Any]) -> None:
     def in_scope(name: str) -> bool:
         return name.startswith(prefix) if prefix else ":" not in name
 
+    # The secrets registry only grows: a rollback never makes a secret key plain again.
     wanted = {
-        prefix + name: value for name, value in target.items() if name != "__ttl__" or not prefix
+        prefix + name: value
+        for name, value in target.items()
+        if (name != "__ttl__" or not prefix) and prefix + name != REGISTRY_KEY
     }
-    for name in [k for k in root if in_scope(k) and k not in wanted]:
+    for name in [k for k in root if in_scope(k) and k not in wanted and k != REGISTRY_KEY]:
         del root[name]
     for name, value in wanted.items():
         if name not in root or to_plain(root[name]) != value:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewise.db import _codec
 from statewise.db._redis_keys import corrupt, dec, run_fields, run_record
-from statewise.db.base import to_timestamp_cutoff
+from statewise.db.base import readable_records, to_timestamp_cutoff
 from statewise.db.records import DeltaRecord, EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import StorageError
 
@@ -36,6 +36,7 @@ def read_events(
     before: int | None,
     limit: int | None,
     types: Sequence[str] | None,
+    run_id: str | None = None,
 ) -> list[EventRecord]:
     k = db.keys
     last = int(db._call("read", db.client.hget, k.session(sid), "last_seq") or 0)
@@ -52,11 +53,11 @@ def read_events(
             if meta is None:
                 continue
             try:
-                type_, run_id, created = _codec.loads(meta)
+                type_, event_run, created = _codec.loads(meta)
             except (ValueError, TypeError) as exc:
                 raise corrupt(f"session {sid!r}: event {seq} is corrupt") from exc
-            if not wanted or type_ in wanted:
-                picked.append((seq, (type_, run_id, float(created))))
+            if (not wanted or type_ in wanted) and (run_id is None or event_run == run_id):
+                picked.append((seq, (type_, event_run, float(created))))
     if limit is not None:
         picked = picked[:limit]
     if newest_first:
@@ -65,14 +66,19 @@ def read_events(
         return []
     datas = db._call("read", db.client.hmget, k.ev(sid), [seq for seq, _ in picked])
     events = []
-    for (seq, (type_, run_id, created)), data in zip(picked, datas, strict=True):
+    for (seq, (type_, event_run, created)), data in zip(picked, datas, strict=True):
         try:
             decoded = _codec.loads(data)
         except (ValueError, TypeError) as exc:
             raise corrupt(f"session {sid!r}: event {seq} is not JSON") from exc
         events.append(
             EventRecord(
-                session_id=sid, seq=seq, type=type_, data=decoded, run_id=run_id, created_at=created
+                session_id=sid,
+                seq=seq,
+                type=type_,
+                data=decoded,
+                run_id=event_run,
+                created_at=created,
             )
         )
     return events
@@ -137,9 +143,8 @@ def _sessions(db: RedisDb, ids: Sequence[str | None]) -> list[SessionRecord]:
     for sid in ids:
         pipe.hgetall(db.keys.session(str(sid)))
     rows = db._call("read", pipe.execute) if ids else []
-    return [
-        db.keys.session_record(str(sid), raw) for sid, raw in zip(ids, rows, strict=True) if raw
-    ]
+    found = [(str(sid), raw) for sid, raw in zip(ids, rows, strict=True) if raw]
+    return readable_records(found, lambda pair: db.keys.session_record(*pair))
 
 
 def delete_sessions(db: RedisDb, ids: Sequence[str]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,7 +26,7 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
-from statewise.exceptions import InvalidIdError
+from statewise.exceptions import CorruptRecordError, InvalidIdError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -69,7 +70,30 @@ def validate_id(value: object, what: str = "session_id") -> str:
         )
     if not _ID_PATTERN.match(value):
         raise InvalidIdError(f"{what} {value!r} contains control characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidIdError(
+                f"{what} {value!r} contains a lone surrogate, which is not valid Unicode"
+            ) from None
     return value
+
+
+log = logging.getLogger("statewise.db")
+R = TypeVar("R")
+
+
+def readable_records(rows: Iterable[R], decode: Callable[[R], T]) -> list[T]:
+    """Decode listed rows, leaving out (and logging, with the session) those that are
+    corrupt: one bad row must not hide every other session from everyone."""
+    out = []
+    for row in rows:
+        try:
+            out.append(decode(row))
+        except CorruptRecordError as exc:
+            log.warning("list_sessions left out a corrupt session: %s", exc)
+    return out
 
 
 def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) -> float:
@@ -128,8 +152,10 @@ class BaseDb(ABC):
         before: int | None = None,
         limit: int | None = None,
         types: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> list[EventRecord]:
-        """Events by sequence number, oldest first; with only `limit`, the newest ones."""
+        """Events by sequence number, oldest first; with only `limit`, the newest ones.
+        `types` and `run_id` filter before `limit` applies."""
 
     @abstractmethod
     def read_runs(
@@ -234,8 +260,8 @@ class BaseDb(ABC):
 
     async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking function that does I/O on this database, from async code, the
-        way this database's own async methods do (inline for local databases, in a worker
-        thread for network ones)."""
+        way this database's own async methods do (off the loop's thread on a shared loop,
+        inline on a sync call's private loop; see `_run_async`)."""
         return await self._run_async(fn, *args, **kwargs)
 
     async def aprobe(

@@ -225,6 +225,7 @@ class InMemoryDb(BaseDb):
         before: int | None = None,
         limit: int | None = None,
         types: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> list[EventRecord]:
         with self._lock:
             rows = [
@@ -233,6 +234,7 @@ class InMemoryDb(BaseDb):
                 if (after is None or row[0] > after)
                 and (before is None or row[0] < before)
                 and (not types or row[2] in types)
+                and (run_id is None or row[1] == run_id)
             ]
         if limit is not None:
             rows = (rows[-limit:] if limit else []) if after is None else rows[:limit]

@@ -46,7 +46,7 @@ from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
 from statewise.db._pg_rows import run_from_row as _run_from_row
 from statewise.db._pg_rows import session_from_row as _session_from_row
-from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.base import BaseDb, readable_records, to_timestamp_cutoff, validate_id
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -321,6 +321,7 @@ class PostgresDb(BaseDb):
         before: int | None = None,
         limit: int | None = None,
         types: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> list[EventRecord]:
         sql = (
             f"SELECT seq, run_id, type, data, created_at FROM {self._s}.events "
@@ -336,6 +337,9 @@ class PostgresDb(BaseDb):
         if types:
             sql += " AND type = ANY(%s::text[])"
             params.append(list(types))
+        if run_id is not None:
+            sql += " AND run_id = %s"
+            params.append(run_id)
         newest_first = limit is not None and after is None
         sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
         if limit is not None:
@@ -407,7 +411,7 @@ class PostgresDb(BaseDb):
         sql += ' ORDER BY updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
         params.extend([limit, offset])
         rows = self._read(lambda c: c.execute(sql, params).fetchall())
-        return [_session_from_row(r) for r in rows]
+        return readable_records(rows, _session_from_row)
 
     # ---- writes --------------------------------------------------------------------------
 

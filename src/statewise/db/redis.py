@@ -229,10 +229,11 @@ class RedisDb(BaseDb):
         before: int | None = None,
         limit: int | None = None,
         types: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> list[EventRecord]:
         from statewise.db._redis_admin import read_events
 
-        return read_events(self, session_id, after, before, limit, types)
+        return read_events(self, session_id, after, before, limit, types, run_id)
 
     def read_runs(
         self, session_id: str, *, limit: int | None = None, status: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 import sqlite3
 import threading
 import time
@@ -21,7 +22,13 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise.db import _codec
-from statewise.db.base import BaseDb, on_private_loop, to_timestamp_cutoff, validate_id
+from statewise.db.base import (
+    BaseDb,
+    on_private_loop,
+    readable_records,
+    to_timestamp_cutoff,
+    validate_id,
+)
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -216,9 +223,11 @@ class SqliteDb(BaseDb):
         self._connections_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        self._identity: tuple[int, int] | None = None
         if self.db_file != ":memory:":
             self._prepare_path(Path(self.db_file))
         self._migrate()
+        self._identity = self._file_identity()
 
     def __repr__(self) -> str:
         return f"SqliteDb(db_file={self.db_file!r})"
@@ -235,6 +244,32 @@ class SqliteDb(BaseDb):
         if path.is_dir():
             raise DatabaseUnavailableError(
                 f"SQLite database path {str(path)!r} is a directory; give a file path"
+            )
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self.db_file == ":memory:" or self.db_file.startswith("file:"):
+            return None
+        try:
+            st = os.stat(self.db_file)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _check_file(self) -> None:
+        """Writes to a database file that was deleted (or replaced) under us would land in
+        an unlinked inode and vanish: fail them loudly instead."""
+        if self._identity is None:
+            return
+        try:
+            st = os.stat(self.db_file)
+            same = (st.st_dev, st.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            raise DatabaseUnavailableError(
+                f"SQLite database file {self.db_file!r} was deleted or replaced while this "
+                "process had it open; nothing was written. Restore the file or open the "
+                "database again"
             )
 
     def _connect(self) -> sqlite3.Connection:
@@ -258,6 +293,9 @@ class SqliteDb(BaseDb):
 
     @property
     def _conn(self) -> sqlite3.Connection:
+        # Every use checks that the file is still the one we opened (one stat): through a
+        # deleted file, writes would vanish, and a new connection would create an empty one.
+        self._check_file()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self._closed:
@@ -473,6 +511,7 @@ class SqliteDb(BaseDb):
         before: int | None = None,
         limit: int | None = None,
         types: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> list[EventRecord]:
         sql = (
             f"SELECT seq, run_id, type, data, created_at FROM {self.table_prefix}events "
@@ -488,6 +527,9 @@ class SqliteDb(BaseDb):
         if types:
             sql += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
         newest_first = limit is not None and after is None
         sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
         if limit is not None:
@@ -587,7 +629,8 @@ class SqliteDb(BaseDb):
             params.append(app_name)
         sql += " ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
         params.extend([limit, offset])
-        return [self._session_from_row(r) for r in self._conn.execute(sql, params).fetchall()]
+        rows = self._conn.execute(sql, params).fetchall()
+        return readable_records(rows, self._session_from_row)
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -601,6 +644,7 @@ class SqliteDb(BaseDb):
                     f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
                 ) from exc
             try:
+                self._check_file()
                 result = fn(conn)
                 conn.execute("COMMIT")
                 return result

@@ -14,8 +14,14 @@ from typing import Any
 
 from statewise.db.planning import SCOPE_PREFIX, scope_of
 from statewise.db.records import DeltaSegment, ScopeKey
+from statewise.exceptions import SecretsError
 from statewise.state.ops import Op
-from statewise.state.secrets import Cipher, is_encrypted
+from statewise.state.secrets import (
+    Cipher,
+    is_encrypted,
+    redact_conflict,
+    registered_secrets,
+)
 from statewise.state.tracked import to_plain
 
 REDACTED = "***"
@@ -39,6 +45,11 @@ class StateCodec:
         """The cipher given explicitly (None: read from the environment when needed)."""
         return self._cipher
 
+    def secrets_in(self, state: Mapping[str, Any]) -> frozenset[str]:
+        """Which keys of a merged state are secret: declared, or recorded in the data
+        (the app scope's `__secrets__` registry), so every agent on a database agrees."""
+        return self.secret_keys | registered_secrets(state)
+
     # ---- storage -> state ----------------------------------------------------------------
 
     def decode_scope(self, key: ScopeKey, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,18 +58,30 @@ class StateCodec:
         out = {}
         for name, value in data.items():
             full = prefix + name
-            if full in self.secret_keys and is_encrypted(value):
-                value = self.cipher.decrypt_value(value)
+            if is_encrypted(value):
+                value = self._decrypt(full, value)
             out[full] = value
         return out
 
+    def _decrypt(self, full: str, value: Any) -> Any:
+        """Any agent decrypts what it finds encrypted (never encrypting it twice later); one
+        that did not declare the key keeps the value as stored when it has no key."""
+        try:
+            return self.cipher.decrypt_value(value)
+        except SecretsError:
+            if full in self.secret_keys:
+                raise
+            return value
+
     # ---- state -> storage ----------------------------------------------------------------
 
-    def encode_op(self, op: Op, root: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    def encode_op(
+        self, op: Op, root: Mapping[str, Any], kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
         """An op as stored: path relative to its scope; secrets whole and encrypted."""
         full = str(op.path[0])
         name = scope_of(full)[1]
-        if full in self.secret_keys:
+        if full in secrets:
             if full not in root:
                 return {"op": "delete", "path": [name]}
             value = self.cipher.encrypt_value(to_plain(root[full]))
@@ -68,7 +91,9 @@ class StateCodec:
             data["path"] = [name, *data["path"][1:]]
         return data
 
-    def encode_snapshot(self, root: Mapping[str, Any], key: ScopeKey) -> dict[str, Any]:
+    def encode_snapshot(
+        self, root: Mapping[str, Any], key: ScopeKey, secrets: frozenset[str]
+    ) -> dict[str, Any]:
         """The complete stored form of one scope of the merged state."""
         prefix = SCOPE_PREFIX[key.kind]
         out = {}
@@ -76,32 +101,29 @@ class StateCodec:
             if scope_of(full)[0] != key.kind:
                 continue
             plain = to_plain(value)
-            if full in self.secret_keys:
+            if full in secrets:
                 plain = self.cipher.encrypt_value(plain)
             out[full[len(prefix) :]] = plain
         return out
 
     # ---- the event log (what readers of events may see) ---------------------------------
 
-    def redact_segment(self, segment: DeltaSegment, kind: str) -> dict[str, Any]:
-        secret_names = {scope_of(k)[1] for k in self.secret_keys if scope_of(k)[0] == kind}
-        if not secret_names:
-            return segment.to_dict()
+    def redact_segment(
+        self, segment: DeltaSegment, kind: str, secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """A delta segment as the event log shows it: secret (and encrypted) values hidden."""
+        secret_names = {scope_of(k)[1] for k in secrets if scope_of(k)[0] == kind}
         ops = [
-            {**raw, "value": REDACTED} if raw["path"][0] in secret_names and "value" in raw else raw
+            {**raw, "value": REDACTED}
+            if "value" in raw and (raw["path"][0] in secret_names or is_encrypted(raw["value"]))
+            else raw
             for raw in segment.ops
         ]
         return {"source": segment.source, "ops": ops}
 
-    def conflict_record(self, conflict: Mapping[str, Any]) -> dict[str, Any]:
-        """The `conflict_resolved` event (and stored delta conflict) for one conflict."""
-        path = conflict.get("path") or [""]
-        if path and path[0] in self.secret_keys:
-            return {
-                **conflict,
-                "base": REDACTED,
-                "theirs": REDACTED,
-                "ours": REDACTED,
-                "resolved": REDACTED,
-            }
-        return dict(conflict)
+    def conflict_record(
+        self, conflict: Mapping[str, Any], secrets: frozenset[str]
+    ) -> dict[str, Any]:
+        """The `conflict_resolved` event, the stored delta conflict and the run output's
+        record of one conflict: a secret key's values hidden."""
+        return redact_conflict(conflict, secrets)

@@ -31,6 +31,7 @@ from statewise.db.cache import cache_for
 from statewise.db.planning import (
     ANONYMOUS_USER,
     APP_PREFIX,
+    SCOPE_PREFIX,
     TEMP_PREFIX,
     TTL_KEY,
     USER_PREFIX,
@@ -58,6 +59,7 @@ from statewise.db.state_codec import StateCodec
 from statewise.db.working import (
     ScopeSizes,
     WorkingState,
+    clear_expiry,
     expire_keys,
     set_expiry,
     visible_state,
@@ -72,7 +74,7 @@ from statewise.exceptions import (
 from statewise.state.merge import Rules
 from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
-from statewise.state.secrets import Cipher
+from statewise.state.secrets import REGISTRY_KEY, Cipher, registered_secrets
 from statewise.state.tracked import Recorder, track
 
 if TYPE_CHECKING:
@@ -115,6 +117,7 @@ class StateStore:
             frozenset(secret_keys) | (schema.secret_keys() if schema else frozenset()), cipher
         )
         self.cache = cache_for(db)
+        self._registries: dict[str, tuple[int, frozenset[str]]] = {}
 
     @property
     def secret_keys(self) -> frozenset[str]:
@@ -123,6 +126,48 @@ class StateStore:
     @property
     def cipher(self) -> Cipher:
         return self.codec.cipher
+
+    # ---- which keys are secret: declared here, or recorded in the data -------------------
+
+    def secret_keys_in(self, state: Mapping[str, Any]) -> frozenset[str]:
+        """The secret keys of a checked-out (merged) state: the ones this store declares
+        and the ones its app's registry records (any agent of the app declared them)."""
+        return self.codec.secrets_in(state)
+
+    def app_secret_keys(self, app_name: str) -> frozenset[str]:
+        """The secret keys of every session of `app_name` (for readers without a checkout:
+        the HTTP API redacts with these)."""
+        key = ScopeKey("app", app_name)
+        version = self.db.probe("-", [key])[1][key]
+        cached = self._registries.get(app_name)
+        if cached is None or cached[0] != version:
+            data = self.db.load_scopes([key])[key].data
+            cached = (version, registered_secrets({REGISTRY_KEY: data.get("__secrets__")}))
+            self._registries[app_name] = cached
+        return self.secret_keys | cached[1]
+
+    def _register_secrets(self, ws: WorkingState) -> None:
+        """Record this store's declared secret keys in the app's registry (once per app),
+        so agents that declare nothing encrypt them too. Appends merge with concurrent
+        writers, so no agent's names are lost."""
+        known = registered_secrets(ws.root)
+        missing = self.secret_keys - known
+        if not missing or not ws.recorder.ops:
+            return
+        ws.mark("commit")
+        with ws.root.engine_writes():
+            registry = ws.root.get(REGISTRY_KEY)
+            if not isinstance(registry, list):
+                ws.root[REGISTRY_KEY] = sorted(missing)
+            else:
+                registry.extend(sorted(missing))
+        ws.mark("engine:secret_keys")
+
+    def plain_scope_at(self, key: ScopeKey, version: int) -> dict[str, Any]:
+        """A scope's state at `version`, names relative to the scope, secrets decrypted."""
+        prefix = SCOPE_PREFIX[key.kind]
+        decoded = self.codec.decode_scope(key, self.scope_at(key, version))
+        return {full[len(prefix) :]: value for full, value in decoded.items()}
 
     def on(self, db: BaseDb) -> StateStore:
         """The same rules, schema and secrets on another database."""
@@ -366,6 +411,7 @@ class StateStore:
         if commit_id is not None:
             validate_id(commit_id, "commit_id")
         self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
+        self._register_secrets(ws)
         pending = PendingCommit(segments=ws.take_segments(source), commit_id=commit_id or new_id())
         attempt = 0
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
@@ -410,7 +456,10 @@ class StateStore:
             },
             last_seq=result.last_seq,
             changes=state_changes(commit.events),
-            conflicts=list(pending.conflicts),
+            conflicts=[
+                self.codec.conflict_record(c, self.secret_keys_in(ws.root))
+                for c in pending.conflicts
+            ],
             commit_id=pending.commit_id,
             replayed=result.replayed,
         )
@@ -427,13 +476,14 @@ class StateStore:
     ) -> Commit:
         spec = ws.spec
         codec = self.codec
+        secrets = codec.secrets_in(ws.root)
         by_scope: dict[str, list[DeltaSegment]] = {}
         for source, ops in pending.segments:
             split: dict[str, list[dict[str, Any]]] = {}
             for op in ops:
                 kind = scope_of(str(op.path[0]))[0]
                 if kind != "temp":
-                    split.setdefault(kind, []).append(codec.encode_op(op, ws.root, kind))
+                    split.setdefault(kind, []).append(codec.encode_op(op, ws.root, kind, secrets))
             for kind, encoded in split.items():
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
@@ -446,9 +496,11 @@ class StateStore:
             size = ws.sizes.setdefault(key, ScopeSizes())
             snapshot = None
             if size.tail_bytes + delta_bytes > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES):
-                snapshot = codec.encode_snapshot(ws.root, key)
+                snapshot = codec.encode_snapshot(ws.root, key, secrets)
             conflicts = [
-                codec.conflict_record(c) for c in pending.conflicts if c["scope"] == key.kind
+                codec.conflict_record(c, secrets)
+                for c in pending.conflicts
+                if c["scope"] == key.kind
             ]
             write = ScopeWrite(
                 key=key,
@@ -468,14 +520,16 @@ class StateStore:
                         "scope_id": key.id,
                         "version": write.base_version + 1,
                         "step": step,
-                        "segments": [codec.redact_segment(s, key.kind) for s in segments],
+                        "segments": [codec.redact_segment(s, key.kind, secrets) for s in segments],
                     },
                 )
             )
         for conflict in pending.conflicts:
             all_events.append(
                 NewEvent(
-                    type="conflict_resolved", run_id=run_id, data=codec.conflict_record(conflict)
+                    type="conflict_resolved",
+                    run_id=run_id,
+                    data=codec.conflict_record(conflict, secrets),
                 )
             )
         session = ws.record or SessionRecord(
@@ -569,6 +623,7 @@ __all__ = [
     "SessionSpec",
     "StateStore",
     "WorkingState",
+    "clear_expiry",
     "expire_keys",
     "new_id",
     "scope_of",

@@ -12,6 +12,7 @@ from statewise.db.planning import TEMP_PREFIX, TTL_KEY, SessionSpec
 from statewise.db.records import ScopeKey, SessionRecord
 from statewise.exceptions import StateError
 from statewise.state.ops import Op
+from statewise.state.reserved import is_reserved
 from statewise.state.tracked import Recorder, TrackedDict, to_plain
 
 
@@ -95,18 +96,29 @@ class WorkingState:
 
 
 def visible_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """What users see of a state: no `temp:` keys, no TTL bookkeeping."""
+    """What users see of a state: no `temp:` keys, no engine bookkeeping (`__ttl__`)."""
     return {
-        k: to_plain(v) for k, v in state.items() if not k.startswith(TEMP_PREFIX) and k != TTL_KEY
+        k: to_plain(v)
+        for k, v in state.items()
+        if not k.startswith(TEMP_PREFIX) and not is_reserved(k)
     }
 
 
 def set_expiry(root: TrackedDict, key: str, ttl: float) -> None:
     """Make `key` vanish `ttl` seconds from now (recorded like any other write)."""
-    if ttl <= 0:
-        raise StateError(f"ttl must be positive, got {ttl}")
-    expiries = root.setdefault(TTL_KEY, {})
-    expiries[key] = time.time() + ttl
+    if not ttl > 0 or ttl == float("inf"):
+        raise StateError(f"ttl must be a positive number of seconds, got {ttl}")
+    with root.engine_writes():
+        expiries = root.setdefault(TTL_KEY, {})
+        expiries[key] = time.time() + ttl
+
+
+def clear_expiry(root: TrackedDict, key: str) -> None:
+    """Forget `key`'s expiry time (it was set again without a ttl)."""
+    expiries = root.get(TTL_KEY)
+    if isinstance(expiries, dict) and key in expiries:
+        with root.engine_writes():
+            del expiries[key]
 
 
 def expire_keys(ws: WorkingState) -> None:
@@ -116,12 +128,18 @@ def expire_keys(ws: WorkingState) -> None:
     if not expiries:
         return
     now = time.time()
-    expired = [k for k, at in expiries.items() if at <= now]
-    if not expired:
+    if not isinstance(expiries, dict):  # written by an older version: not ours to trust
+        expired, broken = [], True
+    else:
+        expired = [k for k, at in expiries.items() if not isinstance(at, int | float) or at <= now]
+        broken = False
+    if not expired and not broken:
         return
-    for key in expired:
-        ws.root.pop(key, None)
-        del expiries[key]
-    if not expiries:
-        del ws.root[TTL_KEY]
+    with ws.root.engine_writes():
+        for key in expired:
+            if isinstance(expiries[key], int | float):
+                ws.root.pop(key, None)
+            del expiries[key]
+        if broken or not expiries:
+            del ws.root[TTL_KEY]
     ws.mark("ttl_expired")

@@ -15,6 +15,15 @@ from typing import Any
 from statewise.models.messages import ModelResponse, TextDelta, ToolCall, ToolCallDelta
 
 
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json accepts NaN and Infinity; JSON does not (and state cannot hold them)."""
+    raise _NotJson(f"{name} is not a JSON value")
+
+
 def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     """Return `(arguments, error)`; exactly one of them is meaningful.
 
@@ -24,9 +33,13 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     if raw is None or not raw.strip() or raw.strip() == "null":
         return {}, None
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         return {}, f"tool arguments are not valid JSON ({exc.msg} at position {exc.pos}): {raw!r}"
+    except RecursionError:
+        return {}, "tool arguments nest too deeply"
+    except ValueError as exc:  # NaN/Infinity, an integer with too many digits
+        return {}, f"tool arguments are not valid JSON ({exc}): {raw[:200]!r}"
     if not isinstance(value, dict):
         return {}, f"tool arguments must be a JSON object, got {type(value).__name__}: {raw!r}"
     return value, None

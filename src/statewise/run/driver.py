@@ -21,6 +21,7 @@ from typing import Any
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, StateStore, WorkingState, new_id, scope_of
+from statewise.exceptions import InvalidInputError
 from statewise.models.messages import Message, ModelResponse
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
@@ -31,6 +32,8 @@ from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
+from statewise.state.jsonvalue import text_problem, to_json_value
+from statewise.state.reserved import check_writable
 from statewise.state.tracked import TrackedDict
 
 
@@ -43,6 +46,21 @@ class RunRequest:
     overwrite: bool = False
     history_runs: int | None = None
     stream: bool = False
+
+    def __post_init__(self) -> None:
+        check_input(self.input)
+        if self.session_state:
+            # Refused here, before anything is checked out or written.
+            check_writable(self.session_state)
+            to_json_value(dict(self.session_state))
+
+
+def check_input(text: object) -> None:
+    """Run input is stored and sent to the model: it must be valid Unicode text."""
+    if isinstance(text, str):
+        problem = text_problem(text)
+        if problem is not None:
+            raise InvalidInputError(f"the run input {problem}")
 
 
 def deep_merge(target: TrackedDict, updates: Mapping[str, Any]) -> None:

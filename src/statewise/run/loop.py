@@ -20,7 +20,7 @@ from typing import Any
 
 from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent
-from statewise.exceptions import RunError, StatewiseError
+from statewise.exceptions import RunError, StateError, StatewiseError
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -37,6 +37,7 @@ from statewise.run.output import RunMetrics
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
 from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
+from statewise.state.jsonvalue import clean_text, text_problem, to_json_value
 from statewise.tools import ToolArgumentsError, call_with_hooks, format_tool_result
 
 
@@ -149,6 +150,7 @@ async def run_steps(
                 response = replaced
             ctx.metadata.pop("model_response", None)
             scope.working.mark("callback:after_model")
+            _check_response(response)
             assistant = response.to_message()
             result.messages.append(assistant)
             events = [
@@ -262,6 +264,27 @@ async def with_listed_tools(rt: AgentRuntime) -> AgentRuntime:
     return dataclasses.replace(rt, functions=functions, tool_sources=())
 
 
+def _check_response(response: ModelResponse) -> None:
+    """Make what the model sent storable: arguments that are not JSON (NaN, infinity, lone
+    surrogates, too deep) become an argument error the model is told about, like invalid
+    JSON; lone surrogates in its text are replaced."""
+    if response.content is not None:
+        response.content = clean_text(response.content)
+    for call in response.tool_calls:
+        call.name = clean_text(call.name)
+        if call.id is not None:
+            call.id = clean_text(call.id)
+        if call.arguments_error is not None:
+            call.arguments_error = clean_text(call.arguments_error)
+            call.arguments = {}
+            continue
+        try:
+            call.arguments = to_json_value(call.arguments, ("arguments",))
+        except StateError as exc:
+            call.arguments_error = str(exc).replace("state['arguments']", "arguments")
+            call.arguments = {}
+
+
 _KEEP_CHARS = 8000
 
 
@@ -271,7 +294,9 @@ def _request_record(
     """What the model was sent, for the event log: the system prompt as rendered and the
     messages new since the model's last answer (earlier ones are in earlier events), each
     cut at a few thousand characters. A prompt showing secrets to the model is not kept."""
-    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and scope.store.secret_keys
+    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and (
+        scope.store.secret_keys_in(scope.working.root)
+    )
     if system is not None and exposes:
         system = "(not recorded: it shows secret values to the model)"
     last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
@@ -299,6 +324,10 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
     raise RunError(
         f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
+
+
+class ToolResultError(ValueError):
+    """A tool returned something that cannot be stored or sent to the model."""
 
 
 EVENT_SINK = "statewise.event_sink"
@@ -432,11 +461,14 @@ async def call_tool(
         new_ops = ops if savepoint < working.clean else ops[ops_before:]
         scope.store.validate(working, {str(op.path[0]) for op in new_ops})
         text = format_tool_result(value)
+        problem = text_problem(text)
+        if problem is not None:
+            raise ToolResultError(f"the tool's result {problem}")
     except ToolArgumentsError as exc:
         working.rollback_to(savepoint)
-        return f"Error: {exc}", True
+        return clean_text(f"Error: {exc}"), True
     except (Exception, StatewiseError) as exc:
         working.rollback_to(savepoint)
-        return f"Error: {type(exc).__name__}: {exc}", True
+        return clean_text(f"Error: {type(exc).__name__}: {exc}"), True
     working.mark(f"tool:{call.name}" + (f"#{call.id}" if call.id else ""))
     return text, False

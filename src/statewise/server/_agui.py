@@ -218,7 +218,7 @@ class AguiStream:
         self.run_id = body.run_id
         self.message_id: str | None = None  # the assistant message of the current step
         self.text_open = False
-        self._last_args: dict[str, Any] = {}
+        self._member_calls: dict[str, str] = {}  # a leader's delegate call id -> its step
 
     async def encoded(self) -> AsyncIterator[str]:
         encoder = EventEncoder()
@@ -369,7 +369,8 @@ class AguiStream:
             call_id = event.tool_call_id or f"call-{uuid.uuid4().hex}"
             event.tool_call_id = call_id
             if event.tool_name in MEMBER_TOOLS:
-                out.append(agui.StepStartedEvent(step_name=_member_step(event.arguments)))
+                self._member_calls[call_id] = _member_step(event.arguments)
+                out.append(agui.StepStartedEvent(step_name=self._member_calls[call_id]))
             out += [
                 agui.ToolCallStartEvent(
                     tool_call_id=call_id,
@@ -379,21 +380,22 @@ class AguiStream:
                 agui.ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(event.arguments)),
                 agui.ToolCallEndEvent(tool_call_id=call_id),
             ]
-            self._last_args = event.arguments
             return out
         if isinstance(event, ToolCallCompleted):
             if event.tool_call_id in self.client_results:
                 return []  # the client's own result: it already holds that message
             out = [
+                *self._close_text(),  # a team member's words end with its leader's call
                 agui.ToolCallResultEvent(
                     message_id=f"tool-{uuid.uuid4().hex}",
                     tool_call_id=event.tool_call_id or "",
                     content=event.result,
                     role="tool",
-                )
+                ),
             ]
-            if event.tool_name in MEMBER_TOOLS:
-                out.append(agui.StepFinishedEvent(step_name=_member_step(self._last_args)))
+            step = self._member_calls.pop(event.tool_call_id or "", None)
+            if step is not None:
+                out.append(agui.StepFinishedEvent(step_name=step))
             self.message_id = None  # the model's next words are a new message
             return out
         if isinstance(event, StateChanged):

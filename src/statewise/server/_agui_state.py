@@ -27,13 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewise.db.records import Commit, NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import TTL_KEY, SessionSpec, WorkingState, scope_of
+from statewise.db.store import SessionSpec, WorkingState, scope_of
 from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
 from statewise.state.edits import fill_missing, replay_edits
 from statewise.state.jsonpatch import REDACTED, PatchMirror
 from statewise.state.ops import Op
+from statewise.state.reserved import is_reserved
 from statewise.state.secrets import is_encrypted
 from statewise.state.tracked import Recorder, track
 
@@ -43,8 +44,9 @@ _PREFIX = {"session": "", "user": "user:", "app": "app:"}
 
 
 def hidden(key: str) -> bool:
-    """Keys a frontend never sees: TTL bookkeeping and run-only `temp:` keys."""
-    return key == TTL_KEY or key.startswith("temp:")
+    """Keys a frontend never sees: the engine's bookkeeping (`__ttl__`, `app:__secrets__`,
+    any reserved name) and run-only `temp:` keys."""
+    return is_reserved(key) or key.startswith("temp:")
 
 
 def _versions_json(versions: Mapping[ScopeKey, int]) -> dict[str, int]:
@@ -97,7 +99,9 @@ class StateSync:
                     "a frontend; pass per-run values in forwardedProps",
                 )
         if self.record is None:
-            return []  # a new session: the run starts from this state (see the route)
+            # A new session: the run starts from this state (see the route).
+            self._check_shared(sorted(k for k in state if scope_of(k)[0] == "app"), principal)
+            return []
         current = self.db.probe(self.spec.session_id, self.keys)[1]
         if synced is not None and any(synced[k] > current[k] for k in self.keys):
             raise Problem(
@@ -126,13 +130,10 @@ class StateSync:
         ops = working.recorder.ops
         if not ops:
             return []
-        shared = sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"})
-        if shared and not principal.admin:
-            raise Problem(
-                403,
-                f"the app: scope is shared by every user; only an admin key can change "
-                f"{', '.join(shared)}",
-            )
+        self._check_shared(
+            sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"}),
+            principal,
+        )
         committed = self.store.commit(
             working,
             events=[
@@ -145,6 +146,15 @@ class StateSync:
         )
         return committed.conflicts
 
+    @staticmethod
+    def _check_shared(keys: list[str], principal: Principal) -> None:
+        if keys and not principal.admin:
+            raise Problem(
+                403,
+                f"the app: scope is shared by every user; only an admin key can change "
+                f"{', '.join(keys)}",
+            )
+
     def _working_at(self, versions: Mapping[ScopeKey, int]) -> WorkingState:
         """The session's state as it was at `versions`, checked out for a commit based
         on them (which rebases onto whatever was committed since)."""
@@ -153,7 +163,7 @@ class StateSync:
             prefix = _PREFIX[key.kind]
             for name, value in self.store.scope_at(key, versions.get(key, 0)).items():
                 full = prefix + name
-                if full in self.store.secret_keys and is_encrypted(value):
+                if full in self.served.secret_keys and is_encrypted(value):
                     value = self.store.cipher.decrypt_value(value)
                 data[full] = value
         recorder = Recorder()

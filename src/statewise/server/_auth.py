@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from statewise.db.base import validate_id
@@ -31,6 +31,19 @@ class Principal:
 
     def can_see(self, record: SessionRecord) -> bool:
         return self.admin or (record.user_id is not None and record.user_id == self.user_id)
+
+    def check_shared_write(self, keys: Iterable[object], what: str) -> None:
+        """The `app:` scope is shared by every user of the app: only admins write it."""
+        if self.admin:
+            return
+        shared = sorted(str(k) for k in keys if isinstance(k, str) and k.startswith("app:"))
+        if shared:
+            raise Problem(
+                403,
+                f"{what} writes {', '.join(map(repr, shared[:5]))}: app: keys are shared by "
+                "every user of the app, so only an admin key may write them",
+                title="Shared state needs an admin key",
+            )
 
 
 OPEN = Principal(user_id=None, admin=True)

@@ -19,6 +19,7 @@ from statewise.exceptions import (
     DatabaseUnavailableError,
     InvalidApprovalError,
     InvalidIdError,
+    InvalidInputError,
     ModelError,
     RunError,
     RunNotFoundError,
@@ -102,6 +103,8 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(409, str(exc), title="State conflict")
     if isinstance(exc, StateError):
         return Problem(422, str(exc), title="Invalid state change")
+    if isinstance(exc, InvalidInputError):
+        return Problem(422, str(exc), title="Invalid run input")
     if isinstance(exc, DatabaseUnavailableError):
         return Problem(503, str(exc), title="Database unavailable")
     if isinstance(exc, StorageError):
@@ -145,6 +148,11 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}; see /docs"
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            detail = (
+                "the request body could not be read as JSON: it is not UTF-8, nests too deeply, "
+                "or holds a number with more than 4300 digits"
+            )
         if exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}; see /docs"
         return problem_response(

@@ -12,12 +12,12 @@ from statewise.server._errors import Problem, problem_response
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimitMiddleware:
-    """Refuse bodies over `max_bytes` with 413, by Content-Length or while reading."""
+    """Refuse bodies over `max_bytes` with 413, by Content-Length or while reading.
+
+    A body without Content-Length (chunked) is read here, up to the limit, before the app
+    sees it: the app's own body parsing would turn a failure mid-read into a 400.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -32,38 +32,36 @@ class BodyLimitMiddleware:
             f"the request body is larger than the server's limit of {self.max_bytes} bytes",
             title="Request body too large",
         )
+        declared: int | None = None
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    too_large = int(value) > self.max_bytes
+                    declared = int(value)
                 except ValueError:
-                    too_large = False
-                if too_large:
-                    await problem_response(problem, scope.get("path"))(scope, receive, send)
-                    return
+                    declared = None
+        if declared is not None and declared > self.max_bytes:
+            await problem_response(problem, scope.get("path"))(scope, receive, send)
+            return
+        buffered: list[Message] = []
         seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
                 await problem_response(problem, scope.get("path"))(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            if buffered:
+                return buffered.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def is_loopback(host: str | None) -> bool:

@@ -46,7 +46,11 @@ class Served:
 
     @property
     def secret_keys(self) -> frozenset[str]:
-        return self.store.secret_keys
+        """The keys to hide: declared by what is served or recorded as secret in the
+        data by any agent of the app."""
+        if self.app_name is None:
+            return self.store.secret_keys
+        return self.store.app_secret_keys(self.app_name)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -27,6 +27,7 @@ from statewise.server._schema import (
     problems,
 )
 from statewise.server._serialize import event_json, output_json, sse
+from statewise.state.reserved import check_writable
 
 Kind = Literal["agents", "teams", "workflows"]
 MAX_INPUT_CHARS = 100_000
@@ -97,6 +98,9 @@ async def _prepare(
     body: RunBody, kind: str, name: str, registry: Registry, principal: Principal
 ) -> tuple[Served, str, str | None]:
     served = _served(registry, kind, name)
+    if body.session_state:
+        principal.check_shared_write(body.session_state, "session_state")
+        check_writable(body.session_state)
     user_id = _user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
     found = await run_in_threadpool(registry.find_session, session_id)

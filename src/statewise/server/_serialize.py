@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statewise.run.output import RunOutput
-from statewise.state.secrets import redact
+from statewise.state.secrets import redact, redact_op_value
 
 REDACTED = "***"
 
@@ -42,14 +42,7 @@ def redact_state(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[s
 
 def redact_ops(ops: Iterable[Mapping[str, Any]], secret_keys: frozenset[str]) -> list[Any]:
     """Ops of the session scope (paths start with the key name) with secret values hidden."""
-    out = []
-    for op in ops:
-        path = op.get("path") or [None]
-        if path[0] in secret_keys and "value" in op:
-            out.append({**op, "value": REDACTED})
-        else:
-            out.append(dict(op))
-    return out
+    return [redact_op_value(op, secret_keys) for op in ops]
 
 
 def redact_changes(

@@ -304,6 +304,7 @@ def put_state(
     if_match: IfMatch = None,
 ) -> JSONResponse:
     _record, served = _session(registry, principal, session_id)
+    principal.check_shared_write(state, "this PUT")
     expected = _parse_if_match(if_match)
     new_state, version = replace_session_state(served.obj, session_id, state, if_version=expected)
     return _state_body(served, session_id, new_state, version)
@@ -329,6 +330,7 @@ def patch_state(
     if_match: IfMatch = None,
 ) -> JSONResponse:
     _record, served = _session(registry, principal, session_id)
+    principal.check_shared_write(patch, "this PATCH")
     expected = _parse_if_match(if_match)
     new_state, version = merge_patch_session_state(
         served.obj, session_id, patch, if_version=expected
@@ -359,9 +361,11 @@ def list_events(
     _record, served = _session(registry, principal, session_id)
     if after is None and before is None:
         after = 0
-    events = served.db.read_events(session_id, after=after, before=before, limit=limit)
     if run_id is not None:
-        events = [e for e in events if e.run_id == run_id]
+        validate_id(run_id, "run_id")
+    events = served.db.read_events(
+        session_id, after=after, before=before, limit=limit, run_id=run_id
+    )
     return {
         "events": [jsonable(e.to_dict()) for e in events],
         "next_after": events[-1].seq if len(events) == limit and events else None,
@@ -462,6 +466,13 @@ def rollback(
     session_id: SessionId, body: RollbackBody, registry: Reg, principal: Who
 ) -> JSONResponse:
     _record, served = _session(registry, principal, session_id)
+    if body.include_shared and not principal.admin:
+        raise Problem(
+            403,
+            "include_shared=true rolls back the app: scope, which every user of the app "
+            "shares: only an admin key may do that",
+            title="Shared state needs an admin key",
+        )
     to = _version_ref(body.to, "to")
     assert to is not None
     _check_version(served, session_id, to, "to")

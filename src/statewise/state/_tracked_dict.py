@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from contextlib import contextmanager
 from typing import Any
 
 from statewise.exceptions import StateOpError, StateSerializationError
 from statewise.state import _tracked_base as base
-from statewise.state.jsonvalue import copy_json, format_path, to_json_value
+from statewise.state.jsonvalue import check_key, copy_json, format_path, to_json_value
 from statewise.state.ops import MISSING, Op
 from statewise.state.recorder import Recorder
+from statewise.state.reserved import is_reserved
 
 
 def _check_key(key: Any, path: Any) -> None:
@@ -18,6 +20,8 @@ def _check_key(key: Any, path: Any) -> None:
             f"{format_path(path or ())}: key {key!r} of type {type(key).__name__!r} "
             "is not a string (JSON object keys must be str)"
         )
+    if not key.isascii():
+        check_key(key, (*(path or ()), key))
 
 
 class TrackedDict(base.Node, dict[str, Any]):
@@ -212,8 +216,11 @@ class TrackedDict(base.Node, dict[str, Any]):
 
     def clear(self) -> None:
         # Deleting from the end means a rollback re-inserts the keys in their old order.
+        # The root keeps the engine's reserved keys (`__ttl__`, ...): they are not the
+        # caller's to clear, and the engine tidies them itself.
         for key in reversed(list(dict.keys(self))):
-            self._remove(key)
+            if not (self._root and is_reserved(key)):
+                self._remove(key)
 
     def increment(self, key: str, amount: int | float = 1) -> int | float:
         """Add `amount` to the number at `key` (missing counts as 0) as a mergeable op."""
@@ -229,6 +236,7 @@ class TrackedDict(base.Node, dict[str, Any]):
                 f"{type(current).__name__}, not a number"
             )
         new = current + amount
+        to_json_value(new, full)  # an overflow to infinity or past the int limit raises
         dict.__setitem__(self, key, new)
         if recorder is not None:
             op = None
@@ -242,6 +250,16 @@ class TrackedDict(base.Node, dict[str, Any]):
     def _require_root(self, what: str) -> None:
         if not self._root:
             raise StateOpError(f"{what} is only allowed on the root of a state tree")
+
+    @contextmanager
+    def engine_writes(self) -> Iterator[None]:
+        """Let the engine write reserved keys (`__ttl__`, ...) within this block."""
+        self._require_root("engine_writes")
+        if self._recorder is None:
+            yield
+            return
+        with self._recorder.engine():
+            yield
 
     def set_recorder(self, recorder: Recorder | None) -> None:
         """Swap the recorder (one per run) on the root."""

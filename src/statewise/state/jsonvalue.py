@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,20 @@ Path = tuple[str | int, ...]
 """A location in state: `("user", "prefs", 2)` is `state['user']['prefs'][2]`."""
 
 _SCALARS = frozenset({str, int, bool, type(None)})
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+MAX_DEPTH = 100
+"""How deep containers may nest in state, counted from the top-level key (which is depth
+1): `state["a"]["b"]` is at depth 2. Deeper values are refused when they are written."""
+
+MAX_INT_BITS = 4096
+MAX_INT = 2**MAX_INT_BITS - 1
+"""Integers in state are at most 4096 bits (about 1233 digits): far bigger ones cost
+quadratic time to print and parse; store those as strings."""
+
+MAX_STRING_CHARS = 16 * 1024 * 1024
+"""The longest single string a state value may hold."""
 
 
 def format_path(path: Path) -> str:
@@ -47,6 +62,71 @@ def _fail(value: Any, path: Path) -> StateSerializationError:
     )
 
 
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored (a lone surrogate is not valid Unicode), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"contains a lone surrogate {text[exc.start]!r} at index {exc.start}, which is not "
+            "valid Unicode"
+        )
+    return None
+
+
+def clean_text(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD (for text we pass on, not store as
+    given: model output, error messages)."""
+    if text_problem(text) is None:
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _check_str(value: str, path: Path) -> None:
+    if len(value) > MAX_STRING_CHARS:
+        raise StateSerializationError(
+            f"{format_path(path)}: string of {len(value)} characters is too long "
+            f"(the limit is {MAX_STRING_CHARS})"
+        )
+    problem = text_problem(value)
+    if problem is not None:
+        raise StateSerializationError(f"{format_path(path)}: string {problem}")
+
+
+def check_key(key: str, path: Path) -> None:
+    """A state key must be valid Unicode (JSON object keys are text)."""
+    problem = None if key.isascii() else text_problem(key)
+    if problem is not None:
+        raise StateSerializationError(f"{format_path(path)}: key {key!r} {problem}")
+
+
+def _check_int(value: int, path: Path) -> None:
+    if not -MAX_INT - 1 <= value <= MAX_INT:
+        raise StateSerializationError(
+            f"{format_path(path)}: integer with {value.bit_length()} bits is too large "
+            f"(the limit is {MAX_INT_BITS} bits; store bigger numbers as strings)"
+        )
+
+
+def _too_deep(path: Path) -> StateSerializationError:
+    return StateSerializationError(
+        f"{format_path(path[:3])}...: value nests deeper than {MAX_DEPTH} levels "
+        f"(the limit for state)"
+    )
+
+
+def _plain_scalar(item: Any) -> bool:
+    """True for the common scalars that need no conversion nor check (the fast path)."""
+    sub = type(item)
+    if sub is str:
+        return item.isascii() and len(item) <= MAX_STRING_CHARS
+    if sub is int:
+        return -MAX_INT - 1 <= item <= MAX_INT  # type: ignore[no-any-return]
+    return sub is bool or item is None
+
+
 def to_json_value(value: Any, path: Path = ()) -> Any:
     """Return a deep plain-JSON copy of `value`, or raise naming the path and the type.
 
@@ -56,7 +136,15 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
     `StateSerializationError`.
     """
     tp = type(value)
-    if tp in _SCALARS:
+    if tp is str:
+        if not value.isascii() or len(value) > MAX_STRING_CHARS:
+            _check_str(value, path)
+        return value
+    if tp is int:
+        if not -MAX_INT - 1 <= value <= MAX_INT:
+            _check_int(value, path)
+        return value
+    if tp is bool or value is None:
         return value
     if tp is float:
         if math.isfinite(value):
@@ -65,9 +153,11 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
             f"{format_path(path)}: float {value!r} is not valid JSON (NaN and infinity "
             "are not allowed; store None or a string instead)"
         )
+    if len(path) > MAX_DEPTH:
+        raise _too_deep(path)
     if tp is list:  # before the Mapping check, which is slow for a list
         return [
-            item if type(item) in _SCALARS else to_json_value(item, (*path, i))
+            item if _plain_scalar(item) else to_json_value(item, (*path, i))
             for i, item in enumerate(value)
         ]
     if tp is dict or isinstance(value, Mapping):
@@ -81,23 +171,24 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
                         "is not a string (JSON object keys must be str)"
                     )
                 key = str.__str__(key)
-            sub = type(item)
-            out[key] = item if sub in _SCALARS else to_json_value(item, (*path, key))
+            if not key.isascii():
+                check_key(key, (*path, key))
+            out[key] = item if _plain_scalar(item) else to_json_value(item, (*path, key))
         return out
     if tp is list or tp is tuple or isinstance(value, list | tuple):
         seq = list.__iter__(value) if isinstance(value, list) else iter(value)
         return [
-            item if type(item) in _SCALARS else to_json_value(item, (*path, i))
+            item if _plain_scalar(item) else to_json_value(item, (*path, i))
             for i, item in enumerate(seq)
         ]
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        return to_json_value(value.model_dump(mode="json"), path)
     if isinstance(value, bool):  # pragma: no cover - bool cannot be subclassed
         return bool(value)
     if isinstance(value, str):
-        return str.__str__(value)
+        return to_json_value(str.__str__(value), path)
     if isinstance(value, int):
-        return int.__int__(value)
+        return to_json_value(int.__int__(value), path)
     if isinstance(value, float):
         return to_json_value(float.__float__(value), path)
     raise _fail(value, path)

@@ -8,11 +8,13 @@ before every tool call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from statewise.exceptions import StateOpError
 from statewise.state.ops import Op
+from statewise.state.reserved import is_reserved, reserved_error
 
 __all__ = ["Recorder"]
 
@@ -22,18 +24,34 @@ Undo = tuple[bool, Callable[..., None], tuple[Any, ...]]
 class Recorder:
     """Collects the ops of one run between commits and can roll back to a savepoint."""
 
-    __slots__ = ("_drained", "_undo", "ops")
+    __slots__ = ("_drained", "_engine", "_undo", "ops")
 
     def __init__(self) -> None:
         self.ops: list[Op] = []
         self._undo: list[Undo] = []
         self._drained = 0  # undo entries forgotten by earlier drains (keeps savepoints absolute)
+        self._engine = 0  # > 0 while the engine writes its reserved keys
 
     def push(self, op: Op | None, undo: Callable[..., None], *args: Any) -> None:
-        """Record `op` (None for undo-only changes of detached containers) and its undo."""
+        """Record `op` (None for undo-only changes of detached containers) and its undo.
+
+        A change to a reserved key (`__x__`) outside `engine()` is undone here and raises
+        `ReservedKeyError`: the tree is as it was before the write."""
         if op is not None:
+            if not self._engine and op.path and is_reserved(op.path[0]):
+                undo(*args)
+                raise reserved_error(str(op.path[0]))
             self.ops.append(op)
         self._undo.append((op is not None, undo, args))
+
+    @contextmanager
+    def engine(self) -> Iterator[None]:
+        """Within this block, reserved keys (`__ttl__`, ...) may be written."""
+        self._engine += 1
+        try:
+            yield
+        finally:
+            self._engine -= 1
 
     def savepoint(self) -> int:
         """A marker to `rollback` to; valid until the next `drain`."""

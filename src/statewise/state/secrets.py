@@ -13,10 +13,24 @@ from typing import Any
 
 from statewise.exceptions import MissingDependencyError, SecretsError
 
-__all__ = ["MARKER", "Cipher", "is_encrypted", "redact"]
+__all__ = [
+    "MARKER",
+    "REGISTRY_KEY",
+    "Cipher",
+    "is_encrypted",
+    "redact",
+    "redact_conflict",
+    "redact_op_value",
+    "registered_secrets",
+]
 
 MARKER = "$secret"
 REDACTED = "***"
+REGISTRY_KEY = "app:__secrets__"
+"""Which keys are secret is part of the data: the app scope (loaded with every session of
+the app) lists, under this reserved key, the full names of every key any agent of the app
+declared secret. Every agent on the database reads it, so one that declares nothing still
+encrypts those keys, and none encrypts a value twice."""
 _HOW_TO = (
     'create one with: python -c "from cryptography.fernet import Fernet; '
     'print(Fernet.generate_key().decode())"'
@@ -65,6 +79,35 @@ class Cipher:
                 "or corrupted data"
             ) from None
         return json.loads(data)
+
+
+def registered_secrets(state: Mapping[str, Any]) -> frozenset[str]:
+    """The secret key names recorded in a (merged) state's registry."""
+    names = state.get(REGISTRY_KEY)
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+def redact_op_value(op: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:
+    """An op (path from the top-level key) with a secret's value, or any encrypted value,
+    shown as "***"."""
+    path = op.get("path") or [None]
+    value = op.get("value")
+    if "value" in op and (path[0] in frozenset(secret_keys) or is_encrypted(value)):
+        return {**op, "value": REDACTED}
+    return dict(op)
+
+
+def redact_conflict(conflict: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:
+    """A conflict record with a secret key's values (base/theirs/ours/resolved) hidden."""
+    path = conflict.get("path") or [None]
+    if path[0] in frozenset(secret_keys):
+        return {
+            k: (REDACTED if k in ("base", "theirs", "ours", "resolved", "before", "after") else v)
+            for k, v in conflict.items()
+        }
+    return dict(conflict)
 
 
 def redact(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:

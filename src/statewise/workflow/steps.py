@@ -430,7 +430,7 @@ class Parallel:
             for conflict in result.conflicts:
                 data = conflict.to_json()
                 key = str(conflict.path[0])
-                if key in store.secret_keys:
+                if key in store.secret_keys_in(root):
                     data = {"path": data["path"], "rule": data["rule"]}
                 data = {"scope": scope_of(key)[0], "step": self.name, "branch": step.name, **data}
                 ex.scope.conflicts.append(data)

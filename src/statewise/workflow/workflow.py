@@ -34,7 +34,7 @@ from statewise.exceptions import ConfigurationError, RunError
 from statewise.models.messages import Message
 from statewise.run import _observe
 from statewise.run.context import RunContext
-from statewise.run.driver import initialize_state
+from statewise.run.driver import check_input, initialize_state
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.sync import iterate_sync, run_sync
@@ -165,6 +165,7 @@ class Workflow(SessionOwner):
             input = plan.input
         elif input is None:
             raise ConfigurationError("Workflow.run needs input=...")
+        check_input(input)
         return _Request(
             input=input,
             spec=spec,

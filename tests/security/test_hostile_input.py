@@ -183,6 +183,12 @@ CASES = [
         "control",
     ),
     Case(
+        "session id ending in a newline",
+        lambda a: a.state.for_session("bad id\n").set("x", 1),
+        InvalidIdError,
+        "control",
+    ),
+    Case(
         "overlong session id",
         lambda a: a.state.for_session("s" * 300).set("x", 1),
         InvalidIdError,

@@ -55,7 +55,7 @@ def on_private_loop() -> bool:
 
 
 MAX_ID_LENGTH = 256
-_ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_ID_PATTERN = re.compile(r"[^\x00-\x1f\x7f]+")
 
 
 def validate_id(value: object, what: str = "session_id") -> str:
@@ -68,7 +68,7 @@ def validate_id(value: object, what: str = "session_id") -> str:
         raise InvalidIdError(
             f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
         )
-    if not _ID_PATTERN.match(value):
+    if not _ID_PATTERN.fullmatch(value):
         raise InvalidIdError(f"{what} {value!r} contains control characters")
     if not value.isascii():
         try:

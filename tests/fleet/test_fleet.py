@@ -45,13 +45,16 @@ def test_thirty_runs_survive_a_worker_killed_mid_step(
 ) -> None:
     lab.sleep = 0.15
     fleet.queue("statewise", polling_interval=0.1)
-    pids = {name: lab.start_worker(name) for name in ("w1", "w2", "w3")}
+    # Each worker holds at most 4 runs, so the first worker to poll cannot take all 30
+    # and leave w1 idle.
+    pids = {name: lab.start_worker(name, "--concurrency", "4") for name in ("w1", "w2", "w3")}
     five, _, _ = app
     handles = [fleet.enqueue(five, f"job{i}", session_id=f"s{i}") for i in range(RUNS)]
 
     # SIGKILL w1 while it is inside steps (a step started and not ended).
     victim = pids["w1"]
-    for _ in range(400):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         lines = [line for line in lab.side_lines() if line.pid == victim]
         started = {(x.run_id, x.step) for x in lines if x.what == "start"}
         ended = {(x.run_id, x.step) for x in lines if x.what == "end"}

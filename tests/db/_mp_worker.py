@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import Any
 
@@ -44,7 +46,10 @@ def increment_worker(spec: tuple[str, ...], session_id: str, n: int, barrier: An
     try:
         store = StateStore(db)
         session = SessionSpec(session_id=session_id, user_id="u1", app_name="app")
-        barrier.wait(timeout=60)
+        # The barrier only makes the writers overlap more; a peer that was slow to start
+        # must not fail the property under test (no silent lost update).
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=60)
         for _ in range(n):
             ws = store.checkout(session)
             try:

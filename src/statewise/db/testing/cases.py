@@ -290,8 +290,8 @@ def snapshot_then_deltas_replay(h: Harness) -> None:
 def large_snapshot_roundtrip(h: Harness) -> None:
     db, k = h.db, S("big")
     big = {f"k{i}": "x" * 1000 + str(i) for i in range(3000)}  # ~3 MB
-    write(db, "big", setop("seed", 0), snapshot={"seed": 0, **big})
-    assert state(db, k) == {"seed": 0, **big}
+    write(db, "big", setop("base", 0), snapshot={"base": 0, **big})
+    assert state(db, k) == {"base": 0, **big}
 
 
 @case

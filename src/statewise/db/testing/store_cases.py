@@ -77,10 +77,10 @@ def _threads(targets: list[Callable[[], None]]) -> None:
 
 @case
 def store_concurrent_appends_keep_every_item(h: Harness) -> None:
-    append_items(h.db, "shared", ["seed"])
+    append_items(h.db, "shared", ["first"])
     handles = [h.db, h.db, h.reopen(), h.reopen()]
     per_thread = 12
-    expected = ["seed"] + [f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread)]
+    expected = ["first"] + [f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread)]
     _threads(
         [
             functools.partial(append_items, db, "shared", [f"{n}-{i}" for i in range(per_thread)])

@@ -55,6 +55,42 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+LARGE_VALUE = 64 * 1024
+"""A text this long is bound through a statement of its own (see `_insert_rows`)."""
+
+
+def _insert_rows(
+    conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """INSERT `rows` into `table`.
+
+    SQLite keeps its copy of a value bound to a cached statement until that statement is
+    bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
+    made the next small insert through the same statement pay for freeing that copy,
+    milliseconds in each of the first runs after the write. Rows holding a large text go
+    through a statement of their own instead, which is bound again at once with values
+    that insert nothing, so the large copy is freed within the write that made it.
+    """
+    width = len(rows[0]) if rows else 0
+    marks = ",".join("?" * width)
+    small = [row for row in rows if not _holds_large_text(row)]
+    if len(small) == 1:
+        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
+    elif small:
+        conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
+    if len(small) == len(rows):
+        return
+    large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
+    for row in rows:
+        if _holds_large_text(row):
+            conn.execute(large_sql, (*row, 1))
+    conn.execute(large_sql, (*(None,) * width, 0))  # inserts nothing; frees the copies
+
+
+def _holds_large_text(row: tuple[Any, ...]) -> bool:
+    return any(isinstance(value, str) and len(value) > LARGE_VALUE for value in row)
+
+
 def _migrations(p: str) -> list[str]:
     """Schema changes in order; the list index + 1 is the schema version."""
     return [
@@ -721,26 +757,32 @@ class SqliteDb(BaseDb):
                     (key.kind, key.id),
                 ).fetchone()
                 raise VersionConflict(str(key), write.base_version, actual[0] if actual else None)
-            conn.execute(
-                f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, step, "
-                f"segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    key.kind,
-                    key.id,
-                    new_version,
-                    session.session_id,
-                    commit.run_id,
-                    commit.step,
-                    write.segments_text,
-                    _codec.dumps(write.conflicts) if write.conflicts else None,
-                    now,
-                ),
+            _insert_rows(
+                conn,
+                f"{p}deltas",
+                "kind, scope_id, version, session_id, run_id, step, segments, conflicts, "
+                "created_at",
+                [
+                    (
+                        key.kind,
+                        key.id,
+                        new_version,
+                        session.session_id,
+                        commit.run_id,
+                        commit.step,
+                        write.segments_text,
+                        _codec.dumps(write.conflicts) if write.conflicts else None,
+                        now,
+                    )
+                ],
             )
             text = write.snapshot_text
             if text is not None:
-                conn.execute(
-                    f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES (?,?,?,?)",
-                    (key.kind, key.id, new_version, text),
+                _insert_rows(
+                    conn,
+                    f"{p}snapshots",
+                    "kind, scope_id, version, state",
+                    [(key.kind, key.id, new_version, text)],
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
@@ -750,9 +792,10 @@ class SqliteDb(BaseDb):
             versions[key] = new_version
         first_seq = last_seq - n_events + 1
         if commit.events:
-            conn.executemany(
-                f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
-                f"VALUES (?,?,?,?,?,?)",
+            _insert_rows(
+                conn,
+                f"{p}events",
+                "session_id, seq, run_id, type, data, created_at",
                 [
                     (
                         session.session_id,

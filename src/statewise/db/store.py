@@ -615,9 +615,14 @@ class Committed:
 
 
 def new_id() -> str:
-    """A fresh random id: 32 hex digits, like `uuid4().hex` (whose object costs more than
-    the random bytes, four times a run)."""
-    return os.urandom(16).hex()
+    """A fresh id: 32 hex digits, the time in nanoseconds then 64 random bits.
+
+    Time first, so ids made one after another sort one after another: the database
+    indexes keyed by run and commit ids then grow at their end instead of at a random
+    page, and a commit rewrites fewer pages. The random half keeps ids unique across
+    processes and unguessable.
+    """
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
 __all__ = [

@@ -48,7 +48,7 @@ def test_thirty_runs_survive_a_worker_killed_mid_step(
     # Each worker holds at most 4 runs, so the first worker to poll cannot take all 30
     # and leave w1 idle.
     pids = {name: lab.start_worker(name, "--concurrency", "4") for name in ("w1", "w2", "w3")}
-    five, _, _ = app
+    five, _, _, _ = app
     handles = [fleet.enqueue(five, f"job{i}", session_id=f"s{i}") for i in range(RUNS)]
 
     # SIGKILL w1 while it is inside steps (a step started and not ended).
@@ -104,7 +104,7 @@ def test_a_queue_of_concurrency_two_never_has_more_than_two_in_flight(
     fleet.queue("pair", concurrency=2, polling_interval=0.05)
     for name in ("w1", "w2", "w3"):
         lab.start_worker(name, "--queue", "pair")
-    _, timed, _ = app
+    _, timed, _, _ = app
     handles = [
         timed.enqueue("tick", session_id=f"t{i}", queue="pair", fleet=fleet) for i in range(9)
     ]
@@ -147,7 +147,7 @@ def test_enqueue_in_one_process_result_in_another_and_a_failing_step(
     assert failed.status == "failed"
     assert failed.error == "RuntimeError: step 2 exploded"
 
-    five, _, _ = app
+    five, _, _, _ = app
     assert five.get_session_state("bad") == {"log": ["boom:0", "boom:1"], "count": 2}
     assert five.get_session_state("ok2")["count"] == 5
 
@@ -179,7 +179,7 @@ def test_an_agent_run_on_the_queue(lab: FleetLab, fleet: Any, app: Any) -> None:
     lab.start_worker("w1")
     from statewise import fleet as fleet_module
 
-    _, _, helper = app
+    _, _, helper, _ = app
     configured = fleet_module.configure(lab.url)
     try:
         handle = helper.enqueue("add milk", session_id="agent1", user_id="ann")

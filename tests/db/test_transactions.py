@@ -17,7 +17,8 @@ from statewise import Agent, Team
 from statewise.db import SqliteDb
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
-from statewise.exceptions import StatewiseError
+from statewise.db.store import SessionSpec, StateStore
+from statewise.exceptions import InvalidInputError, StatewiseError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
 Opener = Callable[[], BaseDb]
@@ -180,6 +181,42 @@ def test_leader_callback_failing_after_a_member_committed_is_a_tool_error(
 
 
 # ---- `+=` on every backend: a lost increment is always a recorded conflict ---------------
+
+
+def test_a_transaction_opened_at_past_versions_rebases_its_edits(opener: Opener) -> None:
+    """`begin(spec, at_versions=...)`: the state as it was at those versions; its commit
+    merges with what landed since (appends both kept, a field both set is a recorded
+    conflict) and carries a commit id like any other; versions that the session never had
+    are refused with nothing written."""
+    db = opener()
+    try:
+        store = StateStore(db)
+        spec = SessionSpec(session_id="at", user_id="u", app_name="app")
+        key = ScopeKey("session", "at")
+        with store.begin(spec) as txn:
+            txn.state["items"] = ["a"]
+            txn.state["n"] = 1
+            seen = dict(txn.commit(source="first").versions)
+        with store.begin(spec) as txn:
+            txn.state["items"].append("b")
+            txn.state["n"] = 2
+            txn.commit(source="other")
+        with store.begin(spec, at_versions=seen) as txn:
+            assert txn.plain() == {"items": ["a"], "n": 1}
+            txn.state["items"].append("c")
+            txn.state["n"] = 5
+            committed = txn.commit(source="late")
+        assert committed.commit_id and not committed.replayed
+        assert [c["path"] for c in committed.conflicts] == [["n"]]
+        state, version = store.read_state(spec)
+        assert state == {"items": ["a", "b", "c"], "n": 5} and version == 3
+        with pytest.raises(InvalidInputError, match=r"'at'.*session"):
+            store.begin(spec, at_versions={key: 4})
+        with pytest.raises(InvalidInputError, match="not versions"):
+            store.begin(spec, at_versions={key: -1})
+        assert store.read_state(spec) == (state, 3)
+    finally:
+        db.close()
 
 
 def _silent_losses(db: BaseDb) -> tuple[int, int, int]:

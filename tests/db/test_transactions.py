@@ -20,6 +20,7 @@ from statewise.db.records import ScopeKey
 from statewise.db.store import SessionSpec, StateStore
 from statewise.exceptions import InvalidInputError, StatewiseError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from tests.db._mp_worker import increment_worker, open_backend, run_workers
 
 Opener = Callable[[], BaseDb]
 
@@ -242,46 +243,10 @@ def test_concurrent_increments_never_lose_an_update_silently(
     what last_write_wins means), but every commit that lost one records a conflict. (Two
     writers mostly collide from one base, writing equal values: the case that used to go
     unrecorded.)"""
-    import multiprocessing
-
-    from tests.db._mp_worker import increment_worker, open_backend
-
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(2) as pool:
-        barrier = manager.Barrier(2)
-        jobs = [
-            pool.apply_async(increment_worker, (mp_spec, "counter", 100, barrier)) for _ in range(2)
-        ]
-        for job in jobs:
-            job.get(timeout=120)
+    run_workers(increment_worker, [(mp_spec, "counter", 100)] * 2)
     db = open_backend(mp_spec)
     try:
         silent, lossy, final = _silent_losses(db)
     finally:
         db.close()
     assert silent == 0, f"{silent} of {lossy} lossy commits recorded no conflict (n={final} of 200)"
-
-
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
-def mp_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ...]]:
-    if request.param == "sqlite":
-        yield ("sqlite", str(tmp_path / "mp.db"))
-        return
-    url = request.getfixturevalue("pg_url" if request.param == "postgres" else "redis_url")
-    if request.param == "postgres":
-        import psycopg
-
-        schema = f"sw_mp_{secrets.token_hex(4)}"
-        yield ("postgres", url, schema)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    else:
-        import redis
-
-        prefix = f"sw-mp-{secrets.token_hex(4)}"
-        yield ("redis", url, prefix)
-        client = redis.Redis.from_url(url)
-        keys = list(client.scan_iter(match="{" + prefix + "}*"))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i : i + 500])
-        client.close()

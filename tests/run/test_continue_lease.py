@@ -20,6 +20,7 @@ from statewise.db import SqliteDb
 from statewise.exceptions import RunNotPausedError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from tests._env import subprocess_env
+from tests.run.test_pause import note
 
 DIE_AT = "STATEWISE_TEST_DIE_AT"
 LEASE_SECONDS = 2.0
@@ -41,16 +42,6 @@ def transfer(session_state: dict[str, Any], amount: int, to: str) -> str:
     _die_at("tool")
     session_state.setdefault("transfers", []).append({"amount": amount, "to": to})
     return f"sent {amount} to {to}"
-
-
-def note(session_state: dict[str, Any], text: str) -> str:
-    """Write a note.
-
-    Args:
-        text: The note.
-    """
-    session_state.setdefault("notes", []).append(text)
-    return "noted"
 
 
 def model(messages: list[Message], info: RequestInfo) -> ModelResponse:

@@ -430,7 +430,8 @@ class StateStore:
         policy = policy or CommitPolicy()
         if commit_id is not None:
             validate_id(commit_id, "commit_id")
-        self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
+        if self.schema is not None:
+            self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
         self._register_secrets(ws)
         pending = PendingCommit(segments=ws.take_segments(source), commit_id=commit_id or new_id())
         attempt = 0

@@ -1,6 +1,7 @@
-"""SQLite rows holding a large text (a big state write's delta, snapshot and event, a big
-tool result) go through statements of their own (`sqlite._insert_rows`): they must land
-exactly like small rows, in order, with nothing extra inserted."""
+"""SQLite's commit path: rows holding a large text (a big state write's delta, snapshot
+and event, a big tool result) go through statements of their own (`sqlite._insert_rows`)
+and must land exactly like small rows, in order, with nothing extra inserted; a commit id
+that landed before applies nothing again."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from typing import Any
 
 from statewise import Agent
 from statewise.db import SqliteDb
-from statewise.db.records import ScopeKey
+from statewise.db.records import (
+    Commit,
+    DeltaSegment,
+    NewEvent,
+    ScopeKey,
+    ScopeWrite,
+    SessionRecord,
+)
 from statewise.db.sqlite import LARGE_VALUE
+from statewise.db.store import SessionSpec, StateStore
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
 BIG = "x" * (LARGE_VALUE + 1)
@@ -100,3 +109,61 @@ def test_a_large_event_among_small_ones_keeps_its_place(tmp_path: Path) -> None:
     assert big_run[4].data["request"]["new_messages"][-1]["content"].startswith("x")
     assert row_count(db_file, "events") == len(events)
     assert agent.get_session_state("s")["items"] == ["a", "b"]
+
+
+def test_a_commit_id_that_landed_applies_nothing_again(tmp_path: Path) -> None:
+    """SQLite inserts a commit's id before its changes (one statement where a lookup and
+    an insert were); an id that landed before makes the whole attempt roll back and
+    answers with the stored result, for a new session and an existing one alike."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    store = StateStore(db)
+    spec = SessionSpec(session_id="s")
+    with store.begin(spec) as txn:
+        txn.state["n"] = 1
+        created = txn.commit(events=[NewEvent(type="note")], commit_id="c-1")
+    with store.begin(spec) as txn:
+        txn.state["m"] = 1
+        second = txn.commit(events=[NewEvent(type="note")], commit_id="c-2")
+    events_before = db.read_events("s")
+    for commit_id, landed in (("c-1", created), ("c-2", second)):
+        with store.begin(spec) as txn:
+            txn.state["n"] = 99
+            again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+        assert again.replayed and not landed.replayed
+        assert again.versions == landed.versions and again.last_seq == landed.last_seq
+    assert store.read_state(spec) == ({"n": 1, "m": 1}, 2)
+    assert db.read_events("s") == events_before
+    record, _versions = db.probe("s", ())
+    assert record is not None and record.last_seq == second.last_seq
+
+
+def test_the_same_commit_sent_twice_lands_once(tmp_path: Path) -> None:
+    """A retry after a lost reply sends the very same commit: creating the session or
+    writing to it, the second delivery changes nothing and says so."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    key = ScopeKey("session", "t")
+    segment = DeltaSegment(source="api", ops=[{"op": "set", "path": ["n"], "value": 1}])
+    create = Commit(
+        session=SessionRecord(session_id="t"),
+        commit_id="first",
+        create_session=True,
+        writes=[ScopeWrite(key=key, base_version=0, segments=[segment])],
+        events=[NewEvent(type="note")],
+    )
+    update = Commit(
+        session=SessionRecord(session_id="t"),
+        commit_id="second",
+        writes=[ScopeWrite(key=key, base_version=1, segments=[segment])],
+        events=[NewEvent(type="note"), NewEvent(type="note")],
+    )
+    for commit in (create, update):
+        landed = db.commit(commit)
+        again = db.commit(commit)
+        assert not landed.replayed and again.replayed
+        assert (again.versions, again.first_seq, again.last_seq) == (
+            landed.versions,
+            landed.first_seq,
+            landed.last_seq,
+        )
+    assert [e.seq for e in db.read_events("t")] == [1, 2, 3]
+    assert [d.version for d in db.read_deltas(key)] == [1, 2]

@@ -96,7 +96,7 @@ def _outcome(store: StateStore, committed: list[Any], kept: dict[str, Any]) -> d
     fresh.cache.drop(SPEC.session_id)
     kept["stored_at_its_versions"] = fresh.state_at(SPEC, kept["versions"])
     events = [(e.seq, e.type, e.data) for e in db.read_events(SPEC.session_id)]
-    return _plain(
+    outcome: dict[str, Any] = _plain(
         {
             "state": state,
             "version": version,
@@ -106,6 +106,7 @@ def _outcome(store: StateStore, committed: list[Any], kept: dict[str, Any]) -> d
             "kept": kept,
         }
     )
+    return outcome
 
 
 def _race(path: Path, seed: int, losses: int) -> dict[str, Any]:

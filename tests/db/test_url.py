@@ -67,3 +67,17 @@ def test_unreachable_postgres_names_the_url_without_the_password() -> None:
     with pytest.raises(DatabaseUnavailableError) as info:
         resolve_db("postgresql://bob:hunter2@127.0.0.1:1/x")
     assert "hunter2" not in str(info.value) and "127.0.0.1:1" in str(info.value)
+
+
+def test_sqlite_url_with_table_prefix_opens_the_same_tables(tmp_path: Path) -> None:
+    from statewise.cli._run import db_url_of
+
+    file = tmp_path / "two.db"
+    with SqliteDb(db_file=file, table_prefix="team_") as db:
+        Agent(db=db, session_id="s").state.set("k", "team")
+        url = db_url_of(db)
+    assert url == f"sqlite:///{file}?table_prefix=team_"
+    with resolve_db(url) as again:
+        assert isinstance(again, SqliteDb) and again.table_prefix == "team_"
+        assert Agent(db=again, session_id="s").state.get("k") == "team"
+    assert db_url_of(SqliteDb(db_file=tmp_path / "plain.db")) == f"sqlite:///{tmp_path}/plain.db"

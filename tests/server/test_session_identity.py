@@ -92,6 +92,29 @@ def test_two_users_creating_one_new_session_id_one_wins_the_other_gets_an_error(
     assert breaches == 0, f"{breaches} of 40 create races let both users into one session"
 
 
+def test_one_users_parallel_first_runs_on_a_new_session_id_all_run_in_it(
+    served: LiveServer,
+) -> None:
+    """One client firing its first requests on a new id at once (a page opening several
+    requests, a retried POST) creates the session once and every run lands in it."""
+    with served.client(ALICE) as alice:
+        for round_ in range(3):
+            sid = f"mine-{round_}"
+            responses = _together(
+                *(
+                    lambda k=k, sid=sid: alice.post(
+                        "/v1/agents/lister/runs", json={"input": f"add i{k}", "session_id": sid}
+                    )
+                    for k in range(8)
+                )
+            )
+            assert [r.status_code for r in responses] == [200] * 8, [
+                (r.status_code, r.text[:120]) for r in responses if r.status_code != 200
+            ]
+            items = alice.get(f"/v1/sessions/{sid}/state").json()["state"]["items"]
+            assert sorted(items) == sorted(f"i{k}" for k in range(8))
+
+
 def test_patch_without_if_match_merges_concurrent_writers(served: LiveServer) -> None:
     with served.client(ALICE) as alice:
         r = alice.post("/v1/agents/lister/runs", json={"input": "hi", "session_id": "p"})

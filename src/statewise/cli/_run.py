@@ -145,9 +145,13 @@ def hint_url(url: str) -> str:
 
 
 def db_url_of(db: Any) -> str | None:
-    """A URL for a database object, when it has one (SQLite files do)."""
+    """A URL for a database object, when it has one (SQLite files do), naming its table
+    prefix when it is not the default so the URL opens the same tables."""
     from statewise.db.sqlite import SqliteDb
 
     if isinstance(db, SqliteDb) and db.db_file != ":memory:":
-        return f"sqlite:///{db.db_file}"
+        url = f"sqlite:///{db.db_file}"
+        if db.table_prefix != "statewise_":  # SqliteDb's default
+            url += f"?table_prefix={db.table_prefix}"
+        return url
     return None

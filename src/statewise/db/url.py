@@ -1,4 +1,5 @@
-"""Pick a backend from a URL: `sqlite:///path`, `memory://`, `postgresql://`, `redis://`."""
+"""Pick a backend from a URL: `sqlite:///path[?table_prefix=]`, `memory://`,
+`postgresql://...[?schema=]`, `redis://...[?prefix=]`."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def db_from_url(url: str) -> BaseDb:
     if scheme == "sqlite":
         from statewise.db.sqlite import SqliteDb
 
-        path = rest[1:] if rest.startswith("/") else rest
-        return SqliteDb(db_file=path or ":memory:")
+        path, options = _split_options(rest[1:] if rest.startswith("/") else rest, {"table_prefix"})
+        return SqliteDb(
+            db_file=path or ":memory:", table_prefix=options.get("table_prefix", "statewise_")
+        )
     if scheme == "memory":
         from statewise.db.memory import InMemoryDb
 
@@ -57,7 +60,8 @@ def db_from_url(url: str) -> BaseDb:
 
 def _split_options(url: str, names: set[str]) -> tuple[str, dict[str, str]]:
     """Take statewise's own query parameters (`?schema=` for PostgreSQL, `?prefix=` for
-    Redis) out of a URL, leaving the driver's own parameters in place."""
+    Redis, `?table_prefix=` for SQLite) out of a URL, leaving the driver's own parameters
+    in place."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     options = {k: v for k, v in query if k in names}

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from statewise.db.base import validate_id
+from statewise.exceptions import SessionExistsError
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
@@ -104,16 +105,23 @@ async def _prepare(
     user_id = _user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
     found = await run_in_threadpool(registry.find_session, session_id)
-    if found is not None:
-        if not principal.can_see(found[0]):
-            raise Problem(404, f"no session {session_id!r}", title="Session not found")
-        if body.user_id is None:
-            user_id = found[0].user_id  # the session keeps its owner
-    else:
+    if found is None:
         # A new session is created before the run, as a create: when two callers create
-        # the same id at once, exactly one gets it and the other a 409, never a write into
-        # (or a read of) the winner's session.
-        await run_in_threadpool(served.obj.create_session, session_id, user_id=user_id)
+        # the same id at once, exactly one gets it. The other joins it only if it may see
+        # the winner's session and runs as the same user (one client's parallel first
+        # requests); otherwise it gets an error, never a write into (or a read of) the
+        # winner's session.
+        try:
+            await run_in_threadpool(served.obj.create_session, session_id, user_id=user_id)
+            return served, session_id, user_id
+        except SessionExistsError:
+            found = await run_in_threadpool(registry.find_session, session_id)
+            if found is None or found[0].user_id != user_id:
+                raise
+    if not principal.can_see(found[0]):
+        raise Problem(404, f"no session {session_id!r}", title="Session not found")
+    if body.user_id is None:
+        user_id = found[0].user_id  # the session keeps its owner
     return served, session_id, user_id
 
 

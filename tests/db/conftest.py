@@ -7,13 +7,16 @@ failure. Every harness uses its own schema / key prefix (random suffix) and drop
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
+from pathlib import Path
 
 import pytest
 
 from statewise.db.testing import Harness, register_backend, registered_backends
+from tests.db._mp_worker import open_backend
 
 POSTGRES_URL = os.environ.get(
     "STATEWISE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -110,3 +113,31 @@ def pg_url() -> str:
 def redis_url() -> str:
     require(redis_problem())
     return REDIS_URL
+
+
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def mp_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ...]]:
+    """A backend for spawned worker processes (`tests.db._mp_worker`), as a picklable
+    spec: its own SQLite file, PostgreSQL schema or Redis key prefix, created (schema
+    migrated) here, once, before any worker opens it, and dropped afterwards."""
+    if request.param == "sqlite":
+        spec: tuple[str, ...] = ("sqlite", str(tmp_path / "mp.db"))
+    elif request.param == "postgres":
+        spec = ("postgres", request.getfixturevalue("pg_url"), f"sw_mp_{secrets.token_hex(4)}")
+    else:
+        spec = ("redis", request.getfixturevalue("redis_url"), f"sw-mp-{secrets.token_hex(4)}")
+    open_backend(spec).close()
+    yield spec
+    if spec[0] == "postgres":
+        import psycopg
+
+        with psycopg.connect(spec[1], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{spec[2]}" CASCADE')
+    elif spec[0] == "redis":
+        import redis
+
+        client = redis.Redis.from_url(spec[1])
+        keys = list(client.scan_iter(match="{" + spec[2] + "}*"))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
+        client.close()

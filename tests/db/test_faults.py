@@ -16,7 +16,7 @@ import pytest
 
 from statewise.db.base import BaseDb
 from statewise.db.store import SessionSpec, StateStore
-from tests.db._faults import Fault, FaultProxy
+from tests.db._proxy import Fault, TcpProxy
 
 SPEC = SessionSpec(session_id="s1", user_id="u1", app_name="app")
 
@@ -86,7 +86,7 @@ def test_postgres_commit_through_a_dropped_connection_lands_exactly_once(
 ) -> None:
     url, schema = pg
     direct = _pg(url, schema)
-    proxy = FaultProxy(url)
+    proxy = TcpProxy(url)
     faulty = _pg(proxy.url, schema)
     other = _pg(url, schema)
     try:
@@ -120,7 +120,7 @@ def test_postgres_commit_dropped_while_blocked_behind_another_writer_lands_once(
 
     url, schema = pg
     direct = _pg(url, schema)
-    proxy = FaultProxy(url)
+    proxy = TcpProxy(url)
     faulty = _pg(proxy.url, schema)
     try:
         _append(direct, "start")
@@ -205,7 +205,7 @@ def test_redis_client_retry_after_another_writers_commit_does_not_duplicate(
     import redis
 
     url, prefix = rprefix
-    proxy = FaultProxy(url)
+    proxy = TcpProxy(url)
     host, port = proxy.url.split("//", 1)[1].split("/", 1)[0].split(":")
     client = redis.Redis(host=host, port=int(port))  # the default Retry
     faulty = _redis(proxy.url, prefix, client=client)
@@ -238,7 +238,7 @@ def test_redis_url_client_commit_through_a_dropped_connection_lands_exactly_once
 ) -> None:
     """The client built from a URL: a commit that landed is never reported as failed."""
     url, prefix = rprefix
-    proxy = FaultProxy(url)
+    proxy = TcpProxy(url)
     faulty = _redis(proxy.url, prefix)
     direct, other = _redis(url, prefix), _redis(url, prefix)
     try:

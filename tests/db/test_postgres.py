@@ -18,7 +18,7 @@ from statewise.db.records import (
 )
 from statewise.db.testing.cases import setop, write
 from statewise.exceptions import DatabaseUnavailableError, SchemaVersionError
-from tests.db._proxy import RoundTripProxy
+from tests.db._proxy import TcpProxy
 
 pytestmark = pytest.mark.postgres
 psycopg = pytest.importorskip("psycopg")
@@ -56,7 +56,7 @@ def _commit_ops(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
 
 
 def test_commit_probe_and_load_are_one_round_trip_each(pg_url: str, schema: str) -> None:
-    proxy = RoundTripProxy(pg_url)
+    proxy = TcpProxy(pg_url)
     try:
         with _db(proxy.url, schema, pool_size=1) as db:
             write(db, "s1", setop("a", 0))
@@ -81,14 +81,14 @@ def test_commit_probe_and_load_are_one_round_trip_each(pg_url: str, schema: str)
 
 
 def test_commit_whose_answer_is_lost_is_applied_exactly_once(pg_url: str, schema: str) -> None:
-    proxy = RoundTripProxy(pg_url)
+    proxy = TcpProxy(pg_url)
     try:
         with _db(proxy.url, schema, pool_size=2) as db:
             write(db, "s1", setop("a", 0))
             commit = _commit_ops(db, "s1")
-            proxy.cut_after_request = True
+            proxy.arm("after_request")
             result = db.commit(commit)  # the server committed; the client never heard back
-            assert not proxy.cut_after_request, "the proxy did not cut the answer"
+            assert proxy.fired == 1, "the proxy did not cut the answer"
             assert result.last_seq == 3 and result.versions[ScopeKey("session", "s1")] == 2
             assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
             assert len(db.read_deltas(ScopeKey("session", "s1"))) == 2

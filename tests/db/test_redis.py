@@ -10,7 +10,7 @@ import pytest
 from statewise.db.records import Commit, DeltaSegment, NewEvent, ScopeKey, ScopeWrite
 from statewise.db.testing.cases import setop, write
 from statewise.exceptions import DatabaseUnavailableError
-from tests.db._proxy import RoundTripProxy
+from tests.db._proxy import TcpProxy
 
 pytestmark = pytest.mark.redis
 redis = pytest.importorskip("redis")
@@ -49,7 +49,7 @@ def _commit(db, sid: str) -> Commit:  # type: ignore[no-untyped-def]
 
 
 def test_commit_probe_and_load_are_one_round_trip_each(redis_url: str, prefix: str) -> None:
-    proxy = RoundTripProxy(redis_url)
+    proxy = TcpProxy(redis_url)
     try:
         with _db(proxy.url, prefix) as db:
             write(db, "s1", setop("a", 0))  # loads the script (EVALSHA, NOSCRIPT, LOAD) once

@@ -17,8 +17,10 @@ from statewise import Agent, Team
 from statewise.db import SqliteDb
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
-from statewise.exceptions import StatewiseError
+from statewise.db.store import SessionSpec, StateStore
+from statewise.exceptions import InvalidInputError, StatewiseError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from tests.db._mp_worker import increment_worker, open_backend, run_workers
 
 Opener = Callable[[], BaseDb]
 
@@ -182,6 +184,42 @@ def test_leader_callback_failing_after_a_member_committed_is_a_tool_error(
 # ---- `+=` on every backend: a lost increment is always a recorded conflict ---------------
 
 
+def test_a_transaction_opened_at_past_versions_rebases_its_edits(opener: Opener) -> None:
+    """`begin(spec, at_versions=...)`: the state as it was at those versions; its commit
+    merges with what landed since (appends both kept, a field both set is a recorded
+    conflict) and carries a commit id like any other; versions that the session never had
+    are refused with nothing written."""
+    db = opener()
+    try:
+        store = StateStore(db)
+        spec = SessionSpec(session_id="at", user_id="u", app_name="app")
+        key = ScopeKey("session", "at")
+        with store.begin(spec) as txn:
+            txn.state["items"] = ["a"]
+            txn.state["n"] = 1
+            seen = dict(txn.commit(source="first").versions)
+        with store.begin(spec) as txn:
+            txn.state["items"].append("b")
+            txn.state["n"] = 2
+            txn.commit(source="other")
+        with store.begin(spec, at_versions=seen) as txn:
+            assert txn.plain() == {"items": ["a"], "n": 1}
+            txn.state["items"].append("c")
+            txn.state["n"] = 5
+            committed = txn.commit(source="late")
+        assert committed.commit_id and not committed.replayed
+        assert [c["path"] for c in committed.conflicts] == [["n"]]
+        state, version = store.read_state(spec)
+        assert state == {"items": ["a", "b", "c"], "n": 5} and version == 3
+        with pytest.raises(InvalidInputError, match=r"'at'.*session"):
+            store.begin(spec, at_versions={key: 4})
+        with pytest.raises(InvalidInputError, match="not versions"):
+            store.begin(spec, at_versions={key: -1})
+        assert store.read_state(spec) == (state, 3)
+    finally:
+        db.close()
+
+
 def _silent_losses(db: BaseDb) -> tuple[int, int, int]:
     """(lossy commits without a conflict record, lossy commits, final n)."""
     previous, lossy, silent = 0, 0, 0
@@ -205,46 +243,10 @@ def test_concurrent_increments_never_lose_an_update_silently(
     what last_write_wins means), but every commit that lost one records a conflict. (Two
     writers mostly collide from one base, writing equal values: the case that used to go
     unrecorded.)"""
-    import multiprocessing
-
-    from tests.db._mp_worker import increment_worker, open_backend
-
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager, ctx.Pool(2) as pool:
-        barrier = manager.Barrier(2)
-        jobs = [
-            pool.apply_async(increment_worker, (mp_spec, "counter", 100, barrier)) for _ in range(2)
-        ]
-        for job in jobs:
-            job.get(timeout=120)
+    run_workers(increment_worker, [(mp_spec, "counter", 100)] * 2)
     db = open_backend(mp_spec)
     try:
         silent, lossy, final = _silent_losses(db)
     finally:
         db.close()
     assert silent == 0, f"{silent} of {lossy} lossy commits recorded no conflict (n={final} of 200)"
-
-
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
-def mp_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ...]]:
-    if request.param == "sqlite":
-        yield ("sqlite", str(tmp_path / "mp.db"))
-        return
-    url = request.getfixturevalue("pg_url" if request.param == "postgres" else "redis_url")
-    if request.param == "postgres":
-        import psycopg
-
-        schema = f"sw_mp_{secrets.token_hex(4)}"
-        yield ("postgres", url, schema)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    else:
-        import redis
-
-        prefix = f"sw-mp-{secrets.token_hex(4)}"
-        yield ("redis", url, prefix)
-        client = redis.Redis.from_url(url)
-        keys = list(client.scan_iter(match="{" + prefix + "}*"))
-        for i in range(0, len(keys), 500):
-            client.delete(*keys[i : i + 500])
-        client.close()

@@ -273,6 +273,25 @@ def test_spans_nest_across_teams_inside_workflows(spans: InMemorySpanExporter) -
     assert out.metrics.model_requests == 4 and out.metrics.tool_calls == 2
 
 
+def test_a_workflow_steps_commit_is_a_child_of_that_steps_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    workflow = Workflow(
+        name="wf",
+        steps=[Step(name="first", agent=make_agent()), Step(name="second", agent=make_agent())],
+        session_state={"items": []},
+    )
+    workflow.run("milk")
+    step_commits = {
+        str(dict(c.attributes or {})["statewise.commit.source"]): c
+        for c in by_name(spans)["statewise.commit"]
+        if str(dict(c.attributes or {})["statewise.commit.source"]).startswith("step:")
+    }
+    assert set(step_commits) == {"step:first", "step:second"}
+    for name, commit in step_commits.items():
+        assert ancestors(commit, spans) == [name.replace(":", " "), "invoke_workflow wf"]
+
+
 def test_spans_are_skipped_silently_without_opentelemetry(tmp_path: Path) -> None:
     script = without_modules("opentelemetry") + (
         "from statewise import Agent\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
@@ -398,3 +399,33 @@ def test_two_frontends_on_one_thread_with_their_versions(live: LiveServer) -> No
             forwardedProps={"statewise": {"versions": {"session": 10**6}}},
         )
         assert_problem(client.post(URL, json=future), 422, "newer")
+
+
+def test_every_agui_write_is_a_transaction_commit_with_an_id(
+    make_live: Callable[..., LiveServer], tmp_path: Any
+) -> None:
+    """The frontend's edits and the thread's sync record go through the one write
+    lifecycle: each lands in a commit stored with its commit id (exactly once on a
+    retry), so every event of the thread belongs to such a commit."""
+    live = make_live()
+    with live.client() as client:
+        ui = Frontend(client, "ids")
+        ui.run("add milk")
+        ui.state["note"] = "from the UI"
+        ui.run("add eggs")
+        assert stored_state(client, "ids")["note"] == "from the UI"
+    with sqlite3.connect(tmp_path / "api0.db") as conn:
+        seqs = {
+            row[0]: row[1]
+            for row in conn.execute(
+                "SELECT seq, type FROM statewise_events WHERE session_id = 'ids'"
+            )
+        }
+        covered: set[int] = set()
+        for (result,) in conn.execute(
+            "SELECT result FROM statewise_commits WHERE session_id = 'ids'"
+        ):
+            last_seq, n_events = (int(f) for f in result.split("|")[:2])
+            covered |= set(range(last_seq - n_events + 1, last_seq + 1))
+    assert "agui_synced" in seqs.values() and "api_call" in seqs.values()
+    assert {seq: t for seq, t in seqs.items() if seq not in covered} == {}

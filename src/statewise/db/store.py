@@ -198,17 +198,21 @@ class StateStore:
         *,
         mode: SessionMode = "open",
         expected_version: int | None = None,
+        at_versions: Mapping[ScopeKey, int] | None = None,
     ) -> Transaction:
         """Open a transaction on a session (blocking I/O); see `SessionMode`.
 
         `expected_version` is the session scope's version the caller based its writes on
         (HTTP `If-Match`): checked when the transaction begins and again, atomically, by
         each commit, which then fails with `StaleStateVersionError` instead of rebasing.
+
+        `at_versions` opens the state as it was at those scope versions (what a frontend
+        last saw): commits are based on them and rebase onto whatever landed since.
         """
         from statewise.db.transaction import Transaction
 
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        return Transaction(self, self._open(spec, policy), policy)
+        return Transaction(self, self._open(spec, policy, at_versions), policy)
 
     async def abegin(
         self,
@@ -216,17 +220,28 @@ class StateStore:
         *,
         mode: SessionMode = "open",
         expected_version: int | None = None,
+        at_versions: Mapping[ScopeKey, int] | None = None,
     ) -> AsyncTransaction:
         """`begin` for async callers: network databases are reached from a worker thread,
         so the event loop never waits on a round trip."""
         from statewise.db.transaction import AsyncTransaction
 
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        working = await self.db._run_async(self._open, spec, policy)
+        working = await self.db._run_async(self._open, spec, policy, at_versions)
         return AsyncTransaction(self, working, policy)
 
-    def _open(self, spec: SessionSpec, policy: CommitPolicy) -> WorkingState:
-        working = self.checkout(spec)
+    def _open(
+        self,
+        spec: SessionSpec,
+        policy: CommitPolicy,
+        at_versions: Mapping[ScopeKey, int] | None = None,
+    ) -> WorkingState:
+        if at_versions is None:
+            working = self.checkout(spec)
+        else:
+            from statewise.db.transaction import checkout_at
+
+            working = checkout_at(self, spec, at_versions)
         try:
             sid = spec.session_id
             if policy.mode == "create" and not working.is_new:

@@ -10,6 +10,10 @@
     async with await store.abegin(spec) as txn: # the async shell: same core
         await txn.commit(...)
 
+    with store.begin(spec, at_versions=seen) as txn:   # edits made against older versions
+        txn.state["note"] = "x"                 # (a frontend's copy): the state as it was,
+        txn.commit(source="ui")                 # rebased onto what landed since
+
 A transaction owns checkout, nested savepoints, commits (each with a commit id stored in
 the same database transaction as the commit, so a retry never applies twice), retry and
 rebase, and release. Leaving the `with` block with an exception undoes what was not
@@ -20,14 +24,15 @@ time travel, the HTTP server and the CLI all write through it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from statewise.db.base import validate_id
 from statewise.db.planning import SessionSpec
 from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
 from statewise.db.working import WorkingState
-from statewise.exceptions import StateError
+from statewise.exceptions import InvalidInputError, StateError
 from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 
 if TYPE_CHECKING:
@@ -247,4 +252,33 @@ class AsyncTransaction(TransactionCore):
         self._exit(exc_type is not None)
 
 
-__all__ = ["AsyncTransaction", "Transaction", "TransactionCore"]
+def checkout_at(
+    store: StateStore, spec: SessionSpec, versions: Mapping[ScopeKey, int]
+) -> WorkingState:
+    """A session's state as it was at `versions` (a scope not named: as it is now),
+    checked out for commits based on those versions. Whoever saw that state (a frontend's
+    copy, a reply computed from it) writes like any other writer that lost a race: each
+    commit rebases its ops onto what landed since, under the keys' rules, with conflicts
+    recorded. Not cached on the way in: the cached tree is the latest one."""
+    validate_id(spec.session_id, "session_id")
+    keys = spec.scope_keys()
+    record, current = store.db.probe(spec.session_id, keys)
+    at = {key: versions.get(key, current[key]) for key in keys}
+    ahead = {key.kind: v for key, v in at.items() if v > current[key] or v < 0}
+    if ahead:
+        raise InvalidInputError(
+            f"session {spec.session_id!r}: the versions given {ahead} are not versions of its "
+            f"state (stored: { ({k.kind: v for k, v in current.items()}) })"
+        )
+    data: dict[str, Any] = {}
+    for key in keys:
+        data.update(store.codec.decode_scope(key, store.scope_at(key, at[key])))
+    recorder = Recorder()
+    working = WorkingState(
+        spec=spec, record=record, versions=at, root=track(data, recorder), recorder=recorder
+    )
+    working.clean = recorder.savepoint()
+    return working
+
+
+__all__ = ["AsyncTransaction", "Transaction", "TransactionCore", "checkout_at"]

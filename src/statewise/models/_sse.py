@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from statewise.exceptions import MalformedResponseError
 from statewise.models.messages import ModelResponse, TextDelta, ToolCallDelta
@@ -101,6 +101,40 @@ class StreamReader(ABC):
     @abstractmethod
     def response(self) -> ModelResponse:
         """The complete answer (called once `done`)."""
+
+
+Delta = TextDelta | ToolCallDelta
+EventHandler = Callable[[Any, dict[str, Any]], Iterable[Delta] | None]
+
+
+class TypedEventStream(StreamReader):
+    """A stream of JSON objects each named by its `type` (or its SSE `event:` name), as the
+    Anthropic Messages and OpenAI Responses APIs send them.
+
+    The per-event reading is here once: parse, check it is an object, find its handler,
+    and turn a field missing from a known event into a `MalformedResponseError` that
+    shows the event. A provider gives only `handlers`, its mapping from event name to a
+    method returning that event's deltas (or None); events it does not name are skipped.
+    """
+
+    handlers: ClassVar[Mapping[str, EventHandler]]
+    prefix: str
+
+    def feed(self, event: SseEvent) -> Iterable[Delta]:
+        data = parse_json(event, self.prefix)
+        if not isinstance(data, dict):
+            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
+        kind = data.get("type") or event.event
+        handler = self.handlers.get(str(kind))
+        if handler is None:
+            return []
+        try:
+            return list(handler(self, data) or ())
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise MalformedResponseError(
+                f"{self.prefix}: unexpected {kind} event ({type(exc).__name__}: {exc}): "
+                f"{event.data[:300]}"
+            ) from exc
 
 
 def parse_json(event: SseEvent, prefix: str) -> Any:

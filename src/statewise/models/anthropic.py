@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, ClassVar
 
 from statewise.exceptions import (
     MalformedResponseError,
@@ -21,7 +21,7 @@ from statewise.models._assemble import StreamAssembler
 from statewise.models._errors import ANTHROPIC_ERROR_STATUS, SdkErrors, StreamErrorEvent, status_for
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
-from statewise.models._sse import SseEvent, StreamReader, parse_json
+from statewise.models._sse import Delta, EventHandler, TypedEventStream
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -138,7 +138,7 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
             yield chunk
 
 
-class MessagesStream(StreamReader):
+class MessagesStream(TypedEventStream):
     """Messages API events up to `message_stop`. Thinking blocks are collected whole
     (text and signature deltas) to be sent back; an `error` event raises
     `StreamErrorEvent` with the status its type has as a response."""
@@ -154,65 +154,65 @@ class MessagesStream(StreamReader):
         self.input_tokens = self.output_tokens = 0
         self.model_name: str | None = None
 
-    def feed(self, event: SseEvent) -> Iterable[TextDelta | ToolCallDelta]:
-        data = parse_json(event, self.prefix)
-        if not isinstance(data, dict):
-            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
-        kind = data.get("type") or event.event
-        try:
-            return list(self._deltas(kind, data))
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise MalformedResponseError(
-                f"{self.prefix}: unexpected {kind} event ({type(exc).__name__}: {exc}): "
-                f"{event.data[:300]}"
-            ) from exc
+    def _message_start(self, data: dict[str, Any]) -> None:
+        message = data["message"]
+        self.model_name = message.get("model")
+        usage = message.get("usage") or {}
+        self.input_tokens = _input_tokens(usage)
+        self.output_tokens = int(usage.get("output_tokens") or 0)
 
-    def _deltas(self, kind: Any, data: dict[str, Any]) -> Iterator[TextDelta | ToolCallDelta]:
-        if kind == "message_start":
-            message = data["message"]
-            self.model_name = message.get("model")
-            usage = message.get("usage") or {}
-            self.input_tokens = _input_tokens(usage)
-            self.output_tokens = int(usage.get("output_tokens") or 0)
-        elif kind == "content_block_start":
-            index, block = int(data["index"]), data["content_block"]
-            if block["type"] == "tool_use":
-                self.calls[index] = len(self.calls)
-                yield self.assembler.add(
-                    ToolCallDelta(index=self.calls[index], id=block["id"], name=block["name"])
-                )
-            elif block["type"] == "text" and block.get("text"):
-                yield self.assembler.add(TextDelta(content=str(block["text"])))
-            elif block["type"] in ("thinking", "redacted_thinking"):
-                self.thinking[index] = dict(block)
-        elif kind == "content_block_delta":
-            index, delta = int(data["index"]), data["delta"]
-            if delta["type"] == "text_delta":
-                yield self.assembler.add(TextDelta(content=str(delta["text"])))
-            elif delta["type"] == "input_json_delta":
-                yield self.assembler.add(
-                    ToolCallDelta(index=self.calls[index], arguments_delta=delta["partial_json"])
-                )
-            elif delta["type"] == "thinking_delta":
-                block = self.thinking[index]
-                block["thinking"] = block.get("thinking", "") + str(delta["thinking"])
-            elif delta["type"] == "signature_delta":
-                self.thinking[index]["signature"] = str(delta["signature"])
-        elif kind == "message_delta":  # usage here is cumulative
-            usage = data.get("usage") or {}
-            self.output_tokens = int(usage.get("output_tokens") or self.output_tokens)
-            self.input_tokens = _input_tokens(usage) or self.input_tokens
-        elif kind == "message_stop":
-            self.done = True
-        elif kind == "error":
-            error = data.get("error") or {}
-            kind = error.get("type")
-            message = str(error.get("message") or json.dumps(error)[:300])
-            raise StreamErrorEvent(
-                status_for(kind, ANTHROPIC_ERROR_STATUS),
-                data,
-                f"{kind}: {message}" if kind else message,
+    def _block_start(self, data: dict[str, Any]) -> Iterator[Delta]:
+        index, block = int(data["index"]), data["content_block"]
+        if block["type"] == "tool_use":
+            self.calls[index] = len(self.calls)
+            yield self.assembler.add(
+                ToolCallDelta(index=self.calls[index], id=block["id"], name=block["name"])
             )
+        elif block["type"] == "text" and block.get("text"):
+            yield self.assembler.add(TextDelta(content=str(block["text"])))
+        elif block["type"] in ("thinking", "redacted_thinking"):
+            self.thinking[index] = dict(block)
+
+    def _block_delta(self, data: dict[str, Any]) -> Iterator[Delta]:
+        index, delta = int(data["index"]), data["delta"]
+        if delta["type"] == "text_delta":
+            yield self.assembler.add(TextDelta(content=str(delta["text"])))
+        elif delta["type"] == "input_json_delta":
+            yield self.assembler.add(
+                ToolCallDelta(index=self.calls[index], arguments_delta=delta["partial_json"])
+            )
+        elif delta["type"] == "thinking_delta":
+            block = self.thinking[index]
+            block["thinking"] = block.get("thinking", "") + str(delta["thinking"])
+        elif delta["type"] == "signature_delta":
+            self.thinking[index]["signature"] = str(delta["signature"])
+
+    def _message_delta(self, data: dict[str, Any]) -> None:
+        usage = data.get("usage") or {}  # cumulative
+        self.output_tokens = int(usage.get("output_tokens") or self.output_tokens)
+        self.input_tokens = _input_tokens(usage) or self.input_tokens
+
+    def _message_stop(self, data: dict[str, Any]) -> None:
+        self.done = True
+
+    def _error(self, data: dict[str, Any]) -> None:
+        error = data.get("error") or {}
+        kind = error.get("type")
+        message = str(error.get("message") or json.dumps(error)[:300])
+        raise StreamErrorEvent(
+            status_for(kind, ANTHROPIC_ERROR_STATUS),
+            data,
+            f"{kind}: {message}" if kind else message,
+        )
+
+    handlers: ClassVar[Mapping[str, EventHandler]] = {
+        "message_start": _message_start,
+        "content_block_start": _block_start,
+        "content_block_delta": _block_delta,
+        "message_delta": _message_delta,
+        "message_stop": _message_stop,
+        "error": _error,
+    }
 
     def response(self) -> ModelResponse:
         response = self.assembler.response()

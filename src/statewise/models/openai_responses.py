@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, ClassVar
 
 from statewise.exceptions import (
     MalformedResponseError,
@@ -22,7 +22,7 @@ from statewise.exceptions import (
 from statewise.models._assemble import StreamAssembler, parse_arguments
 from statewise.models._retry import RetryPolicy
 from statewise.models._sdk import SdkModel
-from statewise.models._sse import SseEvent, StreamReader, parse_json
+from statewise.models._sse import Delta, EventHandler, TypedEventStream
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -128,7 +128,7 @@ class OpenAIResponses(SdkModel["openai.AsyncOpenAI"]):
             yield chunk
 
 
-class ResponsesStream(StreamReader):
+class ResponsesStream(TypedEventStream):
     """Typed events up to `response.completed` (or `response.incomplete`, a complete answer
     cut short by a limit). `response.failed` and `error` raise `StreamErrorEvent`."""
 
@@ -142,48 +142,54 @@ class ResponsesStream(StreamReader):
         self.reasoning: list[Reasoning] = []
         self.final: dict[str, Any] = {}
 
-    def feed(self, event: SseEvent) -> Iterable[TextDelta | ToolCallDelta]:
-        data = parse_json(event, self.prefix)
-        if not isinstance(data, dict):
-            raise MalformedResponseError(f"{self.prefix}: a stream event is not an object")
-        kind = data.get("type") or event.event
-        try:
-            return list(self._deltas(kind, data))
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise MalformedResponseError(
-                f"{self.prefix}: unexpected {kind} event ({type(exc).__name__}: {exc}): "
-                f"{event.data[:300]}"
-            ) from exc
+    def _text_delta(self, data: dict[str, Any]) -> Iterator[Delta]:
+        yield self.assembler.add(TextDelta(content=str(data["delta"])))
 
-    def _deltas(self, kind: Any, data: dict[str, Any]) -> Iterator[TextDelta | ToolCallDelta]:
-        if kind == "response.output_text.delta":
-            yield self.assembler.add(TextDelta(content=str(data["delta"])))
-        elif kind == "response.output_item.added" and data["item"]["type"] == "function_call":
-            item = data["item"]
-            key = item.get("id") or item["call_id"]
-            self.calls[key] = len(self.calls)
-            yield self.assembler.add(
-                ToolCallDelta(
-                    index=self.calls[key],
-                    id=item["call_id"],
-                    name=item["name"],
-                    arguments_delta=item.get("arguments") or "",
-                )
+    def _item_added(self, data: dict[str, Any]) -> Iterator[Delta]:
+        item = data["item"]
+        if item["type"] != "function_call":
+            return
+        key = item.get("id") or item["call_id"]
+        self.calls[key] = len(self.calls)
+        yield self.assembler.add(
+            ToolCallDelta(
+                index=self.calls[key],
+                id=item["call_id"],
+                name=item["name"],
+                arguments_delta=item.get("arguments") or "",
             )
-        elif kind == "response.function_call_arguments.delta":
-            yield self.assembler.add(
-                ToolCallDelta(index=self.calls[data["item_id"]], arguments_delta=data["delta"])
-            )
-        elif kind == "response.output_item.done" and data["item"]["type"] == "reasoning":
+        )
+
+    def _arguments_delta(self, data: dict[str, Any]) -> Iterator[Delta]:
+        yield self.assembler.add(
+            ToolCallDelta(index=self.calls[data["item_id"]], arguments_delta=data["delta"])
+        )
+
+    def _item_done(self, data: dict[str, Any]) -> None:
+        if data["item"]["type"] == "reasoning":
             self.reasoning.append(reasoning_item(data["item"]))
-        elif kind in ("response.completed", "response.incomplete"):
-            self.final = data.get("response") or {}
-            self.done = True
-        elif kind == "response.failed":
-            error = (data.get("response") or {}).get("error") or {}
-            raise openai_error_event({"error": error})
-        elif kind == "error":
-            raise openai_error_event(data)
+
+    def _completed(self, data: dict[str, Any]) -> None:
+        self.final = data.get("response") or {}
+        self.done = True
+
+    def _failed(self, data: dict[str, Any]) -> None:
+        error = (data.get("response") or {}).get("error") or {}
+        raise openai_error_event({"error": error})
+
+    def _error(self, data: dict[str, Any]) -> None:
+        raise openai_error_event(data)
+
+    handlers: ClassVar[Mapping[str, EventHandler]] = {
+        "response.output_text.delta": _text_delta,
+        "response.output_item.added": _item_added,
+        "response.function_call_arguments.delta": _arguments_delta,
+        "response.output_item.done": _item_done,
+        "response.completed": _completed,
+        "response.incomplete": _completed,  # a complete answer cut short by a limit
+        "response.failed": _failed,
+        "error": _error,
+    }
 
     def response(self) -> ModelResponse:
         response = self.assembler.response()

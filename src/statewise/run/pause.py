@@ -11,6 +11,8 @@ session's state as it is *then*.
 A paused run is continued exactly once: continuing first claims the run with a
 compare-and-swap on the session's version (the claim commit also flips the run record to
 `running`), so of two racing continues one wins and the other gets `RunNotPausedError`.
+The continuing process holds the run's lease; if it dies, the run can be continued again
+once the lease expires (see `run.resume`).
 """
 
 from __future__ import annotations

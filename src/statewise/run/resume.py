@@ -1,13 +1,22 @@
 """Continuing a paused run (see `run.pause`): claim it once, answer its pending tool
-calls, and run on from there with the session's state as it is now."""
+calls, and run on from there with the session's state as it is now.
+
+The process continuing a run holds the run's lease (`BaseDb.claim_run`, renewed while it
+works, released at the end), as a resumed workflow does. If it dies, the run stays
+`running` only until the lease expires: then it can be continued again from its pause.
+Pending calls the dead process already answered and committed keep their recorded results
+(an approved tool is not run twice); if it got further (a model step committed), the run
+is marked failed instead, its committed work kept, and the caller is told why.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from statewise.db.base import BaseDb
@@ -18,8 +27,9 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     ScopeWrite,
+    SessionRecord,
 )
-from statewise.db.store import SessionSpec, StateStore
+from statewise.db.store import SessionSpec, StateStore, new_id
 from statewise.exceptions import RunNotFoundError, RunNotPausedError, VersionConflict
 from statewise.models.messages import Message, ToolCall
 from statewise.run import _observe
@@ -39,6 +49,8 @@ from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
 
 CLAIM_SECONDS = 10.0
+CONTINUE_LEASE_SECONDS = 30.0  # a dead continuer's run can be continued again after this
+_ANSWER_EVENTS = frozenset({"tool_call", "state_delta", "conflict_resolved"})
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,6 +60,9 @@ class PausedRun:
     run: RunRecord
     pending: list[PendingToolCall]
     step: int
+    # Pending calls a continuation that died had answered and committed: id -> (result,
+    # is_error). They are not run again.
+    answered: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,9 +86,7 @@ class ContinueRequest:
 
 
 def _pending_of(db: BaseDb, run: RunRecord) -> tuple[list[PendingToolCall], int]:
-    events = [
-        e for e in db.read_events(run.session_id, types=[PAUSED_EVENT]) if e.run_id == run.run_id
-    ]
+    events = db.read_events(run.session_id, types=[PAUSED_EVENT], run_id=run.run_id)
     if not events:
         return [], 0
     data = events[-1].data
@@ -91,10 +104,16 @@ def paused_runs(db: BaseDb, session_id: str) -> list[PausedRun]:
     return out
 
 
-def get_paused_run(db: BaseDb, session_id: str, run_id: str) -> PausedRun:
+def get_paused_run(db: BaseDb, session_id: str, run_id: str, *, leased: bool = False) -> PausedRun:
+    """The paused run `run_id`. With `leased` (the caller holds the run's lease), also a
+    run whose continuation died (`running`, continued since its last pause)."""
     run = db.get_run(session_id, run_id)
     if run is None:
         raise RunNotFoundError(f"session {session_id!r} has no run {run_id!r}")
+    if run.status == "running" and leased:
+        stalled = _stalled_continuation(db, run)
+        if stalled is not None:
+            return stalled
     if run.status != "paused":
         raise RunNotPausedError(
             f"run {run_id!r} is {run.status}, not paused: a paused run is continued once "
@@ -105,15 +124,63 @@ def get_paused_run(db: BaseDb, session_id: str, run_id: str) -> PausedRun:
     return PausedRun(run=run, pending=pending, step=step)
 
 
+class _ContinuationProgressed(Exception):
+    """A dead continuation had committed a model step: it cannot be redone from the pause."""
+
+
+def _stalled_continuation(db: BaseDb, run: RunRecord) -> PausedRun | None:
+    """A `running` run whose last continuation stopped (its lease is gone): the pause it
+    was continued from, with the answers it committed. None if it was never continued."""
+    sid = run.session_id
+    marks = db.read_events(sid, types=[PAUSED_EVENT, CONTINUED_EVENT], run_id=run.run_id)
+    if len(marks) < 2 or marks[-1].type != CONTINUED_EVENT:
+        return None
+    pending, step = _pending_of(db, run)
+    ids = {p.tool_call_id for p in pending}
+    answered: dict[str, tuple[str, bool]] = {}
+    for event in db.read_events(sid, after=marks[-1].seq, run_id=run.run_id):
+        call_id = str(event.data.get("tool_call_id"))
+        if event.type not in _ANSWER_EVENTS or (event.type == "tool_call" and call_id not in ids):
+            raise _ContinuationProgressed(event.seq)
+        if event.type == "tool_call":
+            answered[call_id] = (event.data.get("result") or "", bool(event.data.get("is_error")))
+    return PausedRun(run=run, pending=pending, step=step, answered=answered)
+
+
 def claim_paused_run(
+    db: BaseDb,
+    session_id: str,
+    run_id: str,
+    approvals: Mapping[str, Any] | None,
+    owner: str,
+    lease_seconds: float,
+) -> tuple[PausedRun, dict[str, Approval]]:
+    """Take a paused run for continuing, exactly once, and the run's lease for `owner`.
+
+    The lease keeps every other continuer out while this one works (and lets one in
+    once it expires, if this process dies). The claim is a commit that sets the run
+    `running`, based on the session scope's version it read the run at: of two racing
+    claims one lands, the other loses the compare-and-swap, reads the run again and
+    finds it no longer paused. The caller releases the lease (`BaseDb.release_run`).
+    """
+    if not db.claim_run(session_id, run_id, owner, lease_seconds):
+        raise RunNotPausedError(
+            f"run {run_id!r} is being continued by another process (it holds the run's "
+            f"lease); if that process died, continue the run again once its lease expires "
+            f"(within {lease_seconds:g} s)",
+            "running",
+        )
+    try:
+        return _claim(db, session_id, run_id, approvals)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            db.release_run(session_id, run_id, owner)
+        raise
+
+
+def _claim(
     db: BaseDb, session_id: str, run_id: str, approvals: Mapping[str, Any] | None
 ) -> tuple[PausedRun, dict[str, Approval]]:
-    """Take a paused run for continuing, exactly once.
-
-    The claim is a commit that sets the run `running`, based on the session scope's
-    version it read the run at: of two racing claims one lands, the other loses the
-    compare-and-swap, reads the run again and finds it no longer paused.
-    """
     key = ScopeKey("session", session_id)
     give_up = time.monotonic() + CLAIM_SECONDS
     attempt = 0
@@ -122,28 +189,25 @@ def claim_paused_run(
         session, versions = db.probe(session_id, [key])
         if session is None:
             raise RunNotFoundError(f"no session {session_id!r}")
-        paused = get_paused_run(db, session_id, run_id)
-        answers = check_answers(paused.pending, approvals)
-        paused.run.status = "running"
-        commit = Commit(
-            session=session,
-            writes=[
-                ScopeWrite(
-                    key=key,
-                    base_version=versions[key],
-                    segments=[DeltaSegment(source=f"continue:{run_id}", ops=[])],
-                )
-            ],
-            events=[
-                NewEvent(
-                    type=CONTINUED_EVENT,
-                    run_id=run_id,
-                    data={"approvals": {k: a.to_dict() for k, a in answers.items()}},
-                )
-            ],
-            run=paused.run,
-            run_id=run_id,
-        )
+        try:
+            paused = get_paused_run(db, session_id, run_id, leased=True)
+        except _ContinuationProgressed as stopped:
+            run = db.get_run(session_id, run_id)
+            assert run is not None
+            error = (
+                f"the process continuing run {run_id!r} stopped after committing more of it "
+                f"(event {stopped.args[0]}); its committed work stays, the run cannot be "
+                "continued from its pause again"
+            )
+            run.status, run.error = "failed", error
+            commit = _run_commit(session, key, versions[key], run, "run_failed", {"error": error})
+        else:
+            answers = check_answers(paused.pending, approvals)
+            paused.run.status = "running"
+            data = {"approvals": {k: a.to_dict() for k, a in answers.items()}}
+            commit = _run_commit(
+                session, key, versions[key], paused.run, CONTINUED_EVENT, data, f"continue:{run_id}"
+            )
         try:
             db.commit(commit)
         except VersionConflict:
@@ -151,7 +215,60 @@ def claim_paused_run(
                 raise
             time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
             continue
+        if commit.run is not None and commit.run.status == "failed":
+            raise RunNotPausedError(f"run {run_id!r} is failed: {commit.run.error}", "failed")
         return paused, answers
+
+
+def _run_commit(
+    session: SessionRecord,
+    key: ScopeKey,
+    base_version: int,
+    run: RunRecord,
+    event_type: str,
+    data: dict[str, Any],
+    source: str = "continue",
+) -> Commit:
+    """A commit of a run record and one event, racing on the session scope's version."""
+    return Commit(
+        session=session,
+        writes=[
+            ScopeWrite(
+                key=key, base_version=base_version, segments=[DeltaSegment(source=source, ops=[])]
+            )
+        ],
+        events=[NewEvent(type=event_type, run_id=run.run_id, data=data)],
+        run=run,
+        run_id=run.run_id,
+    )
+
+
+class _Lease:
+    """Holds a run's lease while a continuation works: renewed from a thread (a tool that
+    blocks the event loop does not let it lapse), released at the end."""
+
+    def __init__(self, db: BaseDb, session_id: str, run_id: str, owner: str, ttl: float) -> None:
+        self.db, self.session_id, self.run_id, self.owner, self.ttl = (
+            db,
+            session_id,
+            run_id,
+            owner,
+            ttl,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease:{run_id}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            with contextlib.suppress(Exception):
+                self.db.claim_run(self.session_id, self.run_id, self.owner, self.ttl)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):
+            self.db.release_run(self.session_id, self.run_id, self.owner)
 
 
 def _answer_text(call: PendingToolCall, answer: Approval) -> str:
@@ -166,11 +283,28 @@ async def drive_continue(
 ) -> AsyncIterator[RunEvent]:
     """Continue a paused run: answer its pending calls, commit, run on, end the run."""
     spec = request.spec
-    started = time.perf_counter()
     db = store.db
+    owner, ttl = new_id(), CONTINUE_LEASE_SECONDS
     paused, answers = await db.run_io(
-        claim_paused_run, db, spec.session_id, request.run_id, request.approvals
+        claim_paused_run, db, spec.session_id, request.run_id, request.approvals, owner, ttl
     )
+    lease = _Lease(db, spec.session_id, request.run_id, owner, ttl)
+    try:
+        async for event in _continue_claimed(rt, store, request, paused, answers):
+            yield event
+    finally:
+        await db.run_io(lease.release)
+
+
+async def _continue_claimed(
+    rt: AgentRuntime,
+    store: StateStore,
+    request: ContinueRequest,
+    paused: PausedRun,
+    answers: dict[str, Approval],
+) -> AsyncIterator[RunEvent]:
+    spec = request.spec
+    started = time.perf_counter()
     record = paused.run
     txn = await store.abegin(spec, mode="existing")
     working = txn.working
@@ -208,7 +342,11 @@ async def drive_continue(
         for call in paused.pending:
             answer = answers[call.tool_call_id]
             arguments = answer.arguments if answer.arguments is not None else call.arguments
-            if answer.approved and call.kind == "approval":
+            recorded = paused.answered.get(call.tool_call_id)
+            if recorded is not None:
+                # Answered and committed by a continuation that died: not run again.
+                text, is_error = recorded
+            elif answer.approved and call.kind == "approval":
                 outcome = await call_tool(
                     rt, scope, ctx, ToolCall(call.tool_name, arguments, call.tool_call_id), answer
                 )
@@ -221,22 +359,23 @@ async def drive_continue(
                     role="tool", content=text, tool_call_id=call.tool_call_id, name=call.tool_name
                 )
             )
-            events.append(
-                NewEvent(
-                    type="tool_call",
-                    run_id=record.run_id,
-                    data={
-                        "agent": rt.name,
-                        "step": paused.step,
-                        "tool_call_id": call.tool_call_id,
-                        "name": call.tool_name,
-                        "arguments": arguments,
-                        "result": text,
-                        "is_error": is_error,
-                        "approval": answer.to_dict(),
-                    },
+            if recorded is None:
+                events.append(
+                    NewEvent(
+                        type="tool_call",
+                        run_id=record.run_id,
+                        data={
+                            "agent": rt.name,
+                            "step": paused.step,
+                            "tool_call_id": call.tool_call_id,
+                            "name": call.tool_name,
+                            "arguments": arguments,
+                            "result": text,
+                            "is_error": is_error,
+                            "approval": answer.to_dict(),
+                        },
+                    )
                 )
-            )
             yield ToolCallCompleted(
                 tool_call_id=call.tool_call_id,
                 tool_name=call.tool_name,

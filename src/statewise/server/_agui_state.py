@@ -4,8 +4,8 @@
 event log, the state versions the frontend was brought to (an `agui_synced` event). The
 next run's `state` is compared with the state at exactly those versions: what differs
 is what the frontend changed, replayed as small ops (a new list item is an append, a
-changed field a set of that field) and committed *based on those versions*, so the
-commit rebases over whatever the agent and other writers committed meanwhile under the
+changed field a set of that field) and committed in a transaction opened *at those
+versions* (`StateStore.begin(..., at_versions=...)`), so the commit rebases over whatever the agent and other writers committed meanwhile under the
 usual rules, with conflicts recorded. A frontend's copy never overwrites the agent's
 writes. Kept on the server (not in the state the frontend holds), so the frontend's state
 is exactly the session's state. Several frontends on one thread each send back the
@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from statewise.db.records import Commit, NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import SessionSpec, WorkingState, scope_of
+from statewise.db.records import NewEvent, ScopeKey, SessionRecord
+from statewise.db.store import SessionSpec, scope_of
 from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
@@ -35,8 +35,7 @@ from statewise.state.edits import fill_missing, replay_edits
 from statewise.state.jsonpatch import REDACTED, PatchMirror
 from statewise.state.ops import Op
 from statewise.state.reserved import is_reserved
-from statewise.state.secrets import is_encrypted
-from statewise.state.tracked import Recorder, track
+from statewise.state.tracked import to_plain
 
 SYNC_EVENT = "agui_synced"
 _RESERVED = re.compile(r"^__.*__$")
@@ -110,41 +109,46 @@ class StateSync:
                 f"({_versions_json(synced)} > {_versions_json(current)})",
                 title="Invalid request",
             )
-        base_versions = synced or current
-        working = self._working_at(base_versions)
-        base_view = {
-            key: REDACTED if key in self.served.secret_keys else value
-            for key, value in working.root.items()
-            if not hidden(key)
-        }
-        base_view = {k: _plain(v) for k, v in base_view.items()}
-        if synced is None:
-            fill_missing(working.root, state)
-        else:
-            replay_edits(
-                working.root,
-                base_view,
-                state,
-                unchanged=lambda key, value: key in self.served.secret_keys and value == REDACTED,
-            )
-        ops = working.recorder.ops
-        if not ops:
-            return []
-        self._check_shared(
-            sorted({str(op.path[0]) for op in ops if scope_of(str(op.path[0]))[0] == "app"}),
-            principal,
-        )
-        committed = self.store.commit(
-            working,
-            events=[
-                NewEvent(
-                    type="api_call",
-                    data={"call": "agui:state", "base_versions": _versions_json(base_versions)},
+        # Opened at the versions the frontend saw: its edits rebase like any writer's.
+        with self.store.begin(self.spec, mode="existing", at_versions=synced) as txn:
+            base_view = {
+                key: REDACTED if key in self.served.secret_keys else to_plain(value)
+                for key, value in txn.state.items()
+                if not hidden(key)
+            }
+            if synced is None:
+                fill_missing(txn.state, state)
+            else:
+                replay_edits(
+                    txn.state,
+                    base_view,
+                    state,
+                    unchanged=lambda key, value: (
+                        key in self.served.secret_keys and value == REDACTED
+                    ),
                 )
-            ],
-            source="agui:frontend_state",
-        )
-        return committed.conflicts
+            if not txn.has_changes:
+                return []
+            self._check_shared(
+                sorted(
+                    {
+                        str(op.path[0])
+                        for op in txn.working.recorder.ops
+                        if scope_of(str(op.path[0]))[0] == "app"
+                    }
+                ),
+                principal,
+            )
+            committed = txn.commit(
+                events=[
+                    NewEvent(
+                        type="api_call",
+                        data={"call": "agui:state", "base_versions": _versions_json(txn.versions)},
+                    )
+                ],
+                source="agui:frontend_state",
+            )
+            return committed.conflicts
 
     @staticmethod
     def _check_shared(keys: list[str], principal: Principal) -> None:
@@ -154,28 +158,6 @@ class StateSync:
                 f"the app: scope is shared by every user; only an admin key can change "
                 f"{', '.join(keys)}",
             )
-
-    def _working_at(self, versions: Mapping[ScopeKey, int]) -> WorkingState:
-        """The session's state as it was at `versions`, checked out for a commit based
-        on them (which rebases onto whatever was committed since)."""
-        data: dict[str, Any] = {}
-        for key in self.keys:
-            prefix = _PREFIX[key.kind]
-            for name, value in self.store.scope_at(key, versions.get(key, 0)).items():
-                full = prefix + name
-                if full in self.served.secret_keys and is_encrypted(value):
-                    value = self.store.cipher.decrypt_value(value)
-                data[full] = value
-        recorder = Recorder()
-        working = WorkingState(
-            spec=self.spec,
-            record=self.record,
-            versions=dict(versions),
-            root=track(data, recorder),
-            recorder=recorder,
-        )
-        working.clean = recorder.savepoint()
-        return working
 
     # ---- snapshot and deltas ---------------------------------------------------------------
 
@@ -219,13 +201,11 @@ class StateSync:
             return self.snapshot()
 
     def record_sync(self, run_id: str, messages: int) -> None:
-        """Remember the versions this thread's frontend now has (see the module doc)."""
-        _record, _versions = self.db.probe(self.spec.session_id, [])
-        if _record is None:
-            return
-        self.db.commit(
-            Commit(
-                session=_record,
+        """Remember the versions this thread's frontend now has (see the module doc): an
+        event committed through a transaction like every other write (a commit id, the
+        session's identity checked)."""
+        with self.store.begin(self.spec, mode="existing") as txn:
+            txn.commit(
                 events=[
                     NewEvent(
                         type=SYNC_EVENT,
@@ -233,11 +213,5 @@ class StateSync:
                         data={"versions": _versions_json(self.sent), "messages": messages},
                     )
                 ],
+                source="agui:sync",
             )
-        )
-
-
-def _plain(value: Any) -> Any:
-    from statewise.state.tracked import to_plain
-
-    return to_plain(value)

@@ -9,7 +9,7 @@ step leaves no part of it in the database, and resuming re-runs exactly that ste
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,14 +32,23 @@ class StepLike(Protocol):
 
 
 async def observed_step(
-    step: StepLike, ex: Executor, index: int | None = None
+    step: StepLike,
+    ex: Executor,
+    index: int | None = None,
+    *,
+    then: Callable[[], AsyncIterator[RunEvent]] | None = None,
 ) -> AsyncIterator[RunEvent | StepOutput]:
-    """`step.execute(ex)` inside a span (and a debug log line) for the step."""
+    """`step.execute(ex)` inside a span (and a debug log line) for the step. `then` (the
+    step's commit, for a top-level step) runs inside the same span, so a trace shows the
+    commit under the step whose effects it persists."""
     observed = _observe.step_started(ex.ctx, ex.scope, step.name, index=index)
     failure: BaseException | None = None
     try:
         async for item in step.execute(ex):
             yield item
+        if then is not None:
+            async for event in then():
+                yield event
     except BaseException as exc:
         failure = exc
         raise

@@ -333,30 +333,39 @@ class Workflow(SessionOwner):
                     break
                 if plan is not None and index in plan.done:
                     continue
-                output: StepOutput | None = None
-                async for item in observed_step(step, ex, index):
+                produced: list[StepOutput] = []
+
+                async def commit_step(
+                    index: int = index, step: StepLike = step, produced: list[StepOutput] = produced
+                ) -> AsyncIterator[RunEvent]:
+                    assert produced, f"step {step.name!r} produced no output"
+                    changed = await scope.flush(
+                        [
+                            NewEvent(
+                                type="step_completed",
+                                run_id=run_id,
+                                data={
+                                    "index": index,
+                                    "name": step.name,
+                                    "output": produced[0].to_json(),
+                                },
+                            )
+                        ],
+                        step=index + 1,
+                        source=f"step:{step.name}",
+                        # One id per run and step: a step executed again (a second
+                        # resumer, a replaying executor) cannot apply its state twice.
+                        commit_id=f"{run_id}:step:{index}",
+                    )
+                    if changed is not None:
+                        yield changed
+
+                async for item in observed_step(step, ex, index, then=commit_step):
                     if isinstance(item, StepOutput):
-                        output = item
+                        produced.append(item)
                     else:
                         yield item
-                assert output is not None, f"step {step.name!r} produced no output"
-                outputs.append(output)
-                changed = await scope.flush(
-                    [
-                        NewEvent(
-                            type="step_completed",
-                            run_id=run_id,
-                            data={"index": index, "name": step.name, "output": output.to_json()},
-                        )
-                    ],
-                    step=index + 1,
-                    source=f"step:{step.name}",
-                    # One id per run and step: a step executed again (a second resumer,
-                    # a replaying executor) cannot apply its state changes twice.
-                    commit_id=f"{run_id}:step:{index}",
-                )
-                if changed is not None:
-                    yield changed
+                outputs.append(produced[0])
             if not ex.stopped and request.until is not None:
                 return  # the caller advances the run further later
             content = ex.previous

@@ -8,7 +8,7 @@ Each run is one agent run with one tool call (the tool appends an item), on its 
 session, with sessions on PostgreSQL. "in-process" calls `agent.run` in a loop in this
 process; "N workers" enqueues every run at once on a DBOS queue and lets N
 `statewise worker` processes execute them. runs/s = runs / (last finish - first enqueue);
-latency = queue to finish per run (DBOS's created/updated timestamps), p50 and p95. The
+latency = queue to finish per run (DBOS's created/completed timestamps), p50 and p95. The
 database is the local test server (STATEWISE_TEST_POSTGRES_URL); the bench creates its
 own database and drops it afterwards.
 """
@@ -156,11 +156,11 @@ def queued(url: str, workers: int, runs: int, logs: Path) -> tuple[float, list[f
             for handle in handles:
                 handle.result(timeout=600)
             infos = [h.status() for h in handles]
-        finished = max(i.updated_at.timestamp() for i in infos if i.updated_at)
+        finished = max(i.finished_at.timestamp() for i in infos if i.finished_at)
         latencies = [
-            (i.updated_at - i.created_at).total_seconds()
+            (i.finished_at - i.created_at).total_seconds()
             for i in infos
-            if i.updated_at and i.created_at
+            if i.finished_at and i.created_at
         ]
         return runs / (finished - start), latencies
     finally:

@@ -65,6 +65,19 @@ class FleetLab:
 
     def start_worker(self, executor_id: str, *extra: str, log: str | None = None) -> int:
         """Start `statewise worker` and wait until it serves; returns its pid."""
+        name = self._launch(executor_id, *extra, log=log)
+        self._wait_ready(executor_id, name)
+        return self.workers[executor_id].pid
+
+    def start_workers(self, executor_ids: list[str], *extra: str) -> dict[str, int]:
+        """Start several workers at once (they start in parallel); their pids by name."""
+        for executor_id in executor_ids:
+            self._launch(executor_id, *extra)
+        for executor_id in executor_ids:
+            self._wait_ready(executor_id, executor_id)
+        return {executor_id: self.workers[executor_id].pid for executor_id in executor_ids}
+
+    def _launch(self, executor_id: str, *extra: str, log: str | None = None) -> str:
         name = log or executor_id
         out = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
@@ -78,6 +91,8 @@ class FleetLab:
                 self.url,
                 "--executor-id",
                 executor_id,
+                "--drain",
+                "2",
                 *extra,
             ],
             env=self.env(),
@@ -87,6 +102,10 @@ class FleetLab:
         out.close()
         self.workers[executor_id] = proc
         self.procs.append(proc)
+        return name
+
+    def _wait_ready(self, executor_id: str, name: str) -> None:
+        proc = self.workers[executor_id]
         deadline = time.monotonic() + READY_SECONDS
         while f"worker {executor_id} serving" not in self.log_of(name):
             if proc.poll() is not None:
@@ -94,7 +113,6 @@ class FleetLab:
             if time.monotonic() > deadline:
                 raise AssertionError(f"worker {executor_id} not ready:\n{self.log_of(name)}")
             time.sleep(0.05)
-        return proc.pid
 
     def kill(self, executor_id: str) -> None:
         proc = self.workers.pop(executor_id)

@@ -47,8 +47,8 @@ def test_thirty_runs_survive_a_worker_killed_mid_step(
     fleet.queue("statewise", polling_interval=0.1)
     # Each worker holds at most 4 runs, so the first worker to poll cannot take all 30
     # and leave w1 idle.
-    pids = {name: lab.start_worker(name, "--concurrency", "4") for name in ("w1", "w2", "w3")}
-    five, _, _ = app
+    pids = lab.start_workers(["w1", "w2", "w3"], "--concurrency", "4")
+    five, _, _, _ = app
     handles = [fleet.enqueue(five, f"job{i}", session_id=f"s{i}") for i in range(RUNS)]
 
     # SIGKILL w1 while it is inside steps (a step started and not ended).
@@ -102,9 +102,8 @@ def test_a_queue_of_concurrency_two_never_has_more_than_two_in_flight(
 ) -> None:
     lab.sleep = 0.4
     fleet.queue("pair", concurrency=2, polling_interval=0.05)
-    for name in ("w1", "w2", "w3"):
-        lab.start_worker(name, "--queue", "pair")
-    _, timed, _ = app
+    lab.start_workers(["w1", "w2", "w3"], "--queue", "pair")
+    _, timed, _, _ = app
     handles = [
         timed.enqueue("tick", session_id=f"t{i}", queue="pair", fleet=fleet) for i in range(9)
     ]
@@ -115,12 +114,53 @@ def test_a_queue_of_concurrency_two_never_has_more_than_two_in_flight(
         (x.at, 1 if x.what == "start" else -1) for x in lab.side_lines() if x.step == "only"
     )
     assert len(edges) == 18
+    assert _peak(edges) == 2
+    assert len({h.status().executor for h in handles}) >= 2
+
+
+def _peak(edges: list[tuple[float, int]]) -> int:
     in_flight = peak = 0
-    for _, delta in sorted(edges, key=lambda e: (e[0], e[1])):  # an end before a start
+    for _, delta in sorted(edges):  # at one instant, an end (-1) before a start (+1)
         in_flight += delta
         peak = max(peak, in_flight)
-    assert peak == 2
-    assert len({h.status().executor for h in handles}) >= 2
+    return peak
+
+
+@pytest.mark.timeout(120)
+def test_concurrency_is_a_limit_on_each_worker_stored_with_the_queue(
+    lab: FleetLab, fleet: Any, app: Any
+) -> None:
+    """`--concurrency 1` on two workers: each runs one run at a time, both work at once.
+    DBOS keeps the value in the queue's row (every worker re-reads it at each poll), so
+    it is one per-worker limit for the whole queue, not a limit per process."""
+    from dbos import DBOSClient, DBOSPortableJSONSerializer
+
+    lab.sleep = 0.4
+    fleet.queue("solo", polling_interval=0.05)
+    pids = lab.start_workers(["w1", "w2"], "--queue", "solo", "--concurrency", "1")
+    _, timed, _, _ = app
+    handles = [
+        timed.enqueue("tick", session_id=f"c{i}", queue="solo", fleet=fleet) for i in range(6)
+    ]
+    for handle in handles:
+        assert handle.result(timeout=RESULT_TIMEOUT) == "done"
+    lines = [x for x in lab.side_lines() if x.step == "only"]
+    assert len(lines) == 12
+    for pid in pids.values():
+        mine = [(x.at, 1 if x.what == "start" else -1) for x in lines if x.pid == pid]
+        assert mine, "each worker ran some of the runs"
+        assert _peak(mine) == 1
+    assert _peak([(x.at, 1 if x.what == "start" else -1) for x in lines]) == 2
+    client = DBOSClient(
+        system_database_url=lab.url,
+        dbos_system_schema="dbos",
+        serializer=DBOSPortableJSONSerializer(),
+    )
+    try:
+        queue = client.retrieve_queue("solo")
+        assert queue is not None and queue.worker_concurrency == 1
+    finally:
+        client.destroy()
 
 
 @pytest.mark.timeout(180)
@@ -129,15 +169,14 @@ def test_enqueue_in_one_process_result_in_another_and_a_failing_step(
 ) -> None:
     lab.sleep = 0.05
     fleet.queue("statewise", polling_interval=0.1)
-    lab.start_worker("w1")
-    lab.start_worker("w2", "--concurrency", "4")
-    run_ids = {}
-    for session, text in (("ok1", "alpha"), ("bad", "boom"), ("ok2", "beta")):
-        done = lab.cli(
-            "enqueue", f"{APP}:five", text, "--session", session, "--db", lab.url, "--json"
-        )
-        assert done.returncode == 0, done.stderr
-        run_ids[session] = json.loads(done.stdout)["run_id"]
+    lab.start_workers(["w1", "w2"], "--concurrency", "4")
+    five, _, _, _ = app
+    # The failing run is enqueued by another process (the CLI); the others here.
+    done = lab.cli("enqueue", f"{APP}:five", "boom", "--session", "bad", "--db", lab.url, "--json")
+    assert done.returncode == 0, done.stderr
+    run_ids = {"bad": json.loads(done.stdout)["run_id"]}
+    for session, text in (("ok1", "alpha"), ("ok2", "beta")):
+        run_ids[session] = fleet.enqueue(five, text, session_id=session).run_id
 
     assert fleet.run(run_ids["ok1"]).result(timeout=RESULT_TIMEOUT) == "alpha after step 4"
     assert fleet.run(run_ids["ok2"]).result(timeout=RESULT_TIMEOUT) == "beta after step 4"
@@ -147,7 +186,6 @@ def test_enqueue_in_one_process_result_in_another_and_a_failing_step(
     assert failed.status == "failed"
     assert failed.error == "RuntimeError: step 2 exploded"
 
-    five, _, _ = app
     assert five.get_session_state("bad") == {"log": ["boom:0", "boom:1"], "count": 2}
     assert five.get_session_state("ok2")["count"] == 5
 
@@ -179,7 +217,7 @@ def test_an_agent_run_on_the_queue(lab: FleetLab, fleet: Any, app: Any) -> None:
     lab.start_worker("w1")
     from statewise import fleet as fleet_module
 
-    _, _, helper = app
+    _, _, helper, _ = app
     configured = fleet_module.configure(lab.url)
     try:
         handle = helper.enqueue("add milk", session_id="agent1", user_id="ann")

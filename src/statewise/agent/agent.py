@@ -20,6 +20,7 @@ from statewise.models.base import Model
 from statewise.models.messages import ToolDefinition
 from statewise.models.registry import infer_model
 from statewise.run.callbacks import Callbacks, as_callbacks
+from statewise.run.checkpoints import CommitPoints
 from statewise.run.context import RunContext
 from statewise.run.driver import RunRequest, drive_run
 from statewise.run.events import RunCompleted, RunEvent
@@ -374,6 +375,26 @@ class Agent(SessionOwner):
         request = self._request(input, session_id, user_id, session_state, stream)
         if stream:
             return iterate_sync(self._events(request))
+        return run_sync(_final_output(self._events(request)))
+
+    def run_durably(
+        self,
+        input: Any,
+        *,
+        run_id: str,
+        session_id: str,
+        user_id: str | None = None,
+        points: CommitPoints,
+    ) -> RunOutput:
+        """Run `run_id` for a durable engine (`statewise.fleet`), whose steps are this run's
+        commit points (`statewise.run.checkpoints`): executed again after a crash, the run
+        goes on after its last completed commit point without asking the model or calling
+        tools for the completed part, and no commit applies twice. Such a run does not
+        pause for approvals (a tool that needs one answers the model with an error)."""
+        validate_id(run_id, "run_id")
+        request = self._request(input, session_id, user_id, None, False)
+        request.run_id = run_id
+        request.points = points
         return run_sync(_final_output(self._events(request)))
 
     def print_response(

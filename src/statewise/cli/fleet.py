@@ -132,8 +132,9 @@ def worker(
         int | None,
         typer.Option(
             "--concurrency",
-            help="Most runs of a queue in flight on one worker (stored with the queue: "
-            "all its workers share the value).",
+            help="Most runs of a queue in flight on each worker. DBOS keeps this limit "
+            "with the queue in PostgreSQL, so it applies to every worker of the queue (the "
+            "last worker started with --concurrency sets it).",
             show_default=False,
         ),
     ] = None,
@@ -146,7 +147,8 @@ def worker(
         typer.Option(
             "--recover",
             help="Take over the unfinished runs of this executor id (a worker that is gone "
-            "for good). Repeatable.",
+            "for good; a crashed worker that comes back restarts with its own "
+            "--executor-id instead). Repeatable.",
             show_default=False,
         ),
     ] = None,

@@ -120,6 +120,16 @@ def serve(
             "by default when API keys are configured).",
         ),
     ] = False,
+    fleet_db: Annotated[
+        str | None,
+        typer.Option(
+            "--fleet-db",
+            help="Also show the runs on this fleet's durable queues (its PostgreSQL URL, "
+            "as given to `statewise worker --db`) at /v1/fleet/runs and on the page. "
+            "Needs pip install 'statewise[dbos]'.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
     /docs. API keys come from STATEWISE_API_KEYS="key=user,..." and STATEWISE_ADMIN_KEYS;
@@ -149,7 +159,8 @@ def serve(
         objects = load_target(target)
         if db:
             _use_db(objects, db)
-        app = create_app(objects, public_docs=public_docs)
+        fleet = _fleet(fleet_db) if fleet_db else None
+        app = create_app(objects, public_docs=public_docs, fleet=fleet)
         sock = _bind(host, port)
     except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)
@@ -167,9 +178,17 @@ def serve(
     typer.echo(f"statewise serve: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)")
     for served in registry.all():
         typer.echo(f"  {served.kind}/{served.name}  POST /v1/{served.kind}/{served.name}/runs")
+    if fleet_db:
+        typer.echo("  fleet runs  GET /v1/fleet/runs")
     sys.stdout.flush()
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
     server.run(sockets=[sock])
+
+
+def _fleet(url: str) -> Any:
+    from statewise.fleet import Fleet
+
+    return Fleet(url)
 
 
 def _bind(host: str, port: int) -> socket.socket:

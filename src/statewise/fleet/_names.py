@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 DEFAULT_QUEUE = "statewise"
 DEFAULT_APP_NAME = "statewise"
-DEFAULT_APP_VERSION = "statewise-fleet-1"
+DEFAULT_APP_VERSION = "statewise-fleet-2"  # its steps changed: agents step per commit point
 DEFAULT_SCHEMA = "dbos"
 RUN_WORKFLOW = "statewise.fleet.run"  # the DBOS workflow every enqueued run executes
 
@@ -22,10 +22,16 @@ _STATUSES: dict[str, RunStatus] = {
     "CANCELLED": "cancelled",
 }
 FINISHED: tuple[RunStatus, ...] = ("completed", "failed", "cancelled")
+RUN_STATUSES: tuple[RunStatus, ...] = ("queued", "running", *FINISHED)
 
 
 def run_status(dbos_status: str) -> RunStatus:
     return _STATUSES.get(dbos_status, "running")
+
+
+def dbos_statuses(status: RunStatus) -> list[str]:
+    """The DBOS workflow statuses a run status stands for (to filter in the database)."""
+    return [name for name, ours in _STATUSES.items() if ours == status]
 
 
 def run_request(

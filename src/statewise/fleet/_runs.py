@@ -1,12 +1,17 @@
 """The DBOS workflow every fleet run executes, and its steps.
 
-One run = one DBOS workflow whose id is the statewise run id. For a statewise Workflow,
-the run's start, each top-level step, and its end are DBOS steps; for an Agent or Team,
-the whole agent run is one step (it commits its state once, at its end, inside that
-step). DBOS records each finished step, so a recovered run skips them. A step that was
-cut off by a crash runs again; statewise makes its state effect happen once: the step's
-commit is the only thing that changes state, and a step whose commit already landed is
-recognised (its `step_completed` record) and not applied again.
+One run = one DBOS workflow whose id is the statewise run id. Its DBOS steps are the
+run's own units, so a recovered run continues after the last one that completed:
+
+- a Workflow: the run's start, each top-level step, and its end (`Workflow.advance`);
+  each step's commit carries the commit id `<run id>:step:<index>`;
+- an Agent or Team: its commit points (run start, each model step, run end;
+  `Agent.run_durably` with `DbosCommitPoints`), each commit carrying
+  `<run id>:step:<point>`. A recovered agent run takes the completed points' recorded
+  outcomes (messages, usage) instead of asking the model or calling tools again.
+
+A step cut off by a crash runs again (DBOS executes steps at least once); its commit then
+finds its id already stored and applies nothing twice.
 """
 
 from __future__ import annotations
@@ -14,58 +19,92 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from dbos import DBOS, StepOptions, WorkflowSerializationFormat
+from dbos import DBOS, DBOSClient, StepOptions, WorkflowSerializationFormat
 
+from statewise.agent.agent import Agent
 from statewise.agent.session_owner import SessionOwner
 from statewise.exceptions import ConfigurationError
 from statewise.fleet._names import RUN_WORKFLOW
+from statewise.run.checkpoints import Outcome
 from statewise.workflow import Workflow
 
 log = logging.getLogger("statewise.fleet")
 
 _lock = threading.Lock()
 _targets: dict[str, SessionOwner] = {}
-_flows: dict[str, Workflow] = {}
+_client: list[DBOSClient] = []  # reads a run's recorded steps, outside its workflow
 
 
-def serve_targets(targets: dict[str, SessionOwner]) -> None:
-    """What this worker process runs, by name."""
+def serve_targets(targets: dict[str, SessionOwner], client: DBOSClient) -> None:
+    """What this worker process runs, by name, and its DBOS client."""
     with _lock:
         _targets.clear()
-        _flows.clear()
         _targets.update(targets)
+        _client[:] = [client]
 
 
-def _flow(name: str) -> Workflow:
-    """The Workflow that runs target `name`: itself, or a one-step workflow around an
-    agent or team (so its run commits once, as that step)."""
+def _target(name: str) -> SessionOwner:
     with _lock:
-        if name in _flows:
-            return _flows[name]
         target = _targets.get(name)
-        if target is None:
-            raise ConfigurationError(
-                f"this worker does not serve {name!r} (it serves {sorted(_targets)})"
-            )
-        if isinstance(target, Workflow):
-            flow = target
-        else:
-            flow = Workflow(
-                name=target.name,
-                steps=[target],
-                db=target.db,
-                app_name=target.app_name,
-            )
-            flow._store = target._store  # the agent's rules, schema and secret keys
-            flow.session_state = target.session_state
-        _flows[name] = flow
-        return flow
+    if target is None:
+        raise ConfigurationError(
+            f"this worker does not serve {name!r} (it serves {sorted(_targets)})"
+        )
+    return target
+
+
+class DbosCommitPoints:
+    """An agent run's commit points as DBOS steps named `commit point <n>`.
+
+    `recorded` names the steps an earlier execution of the run completed (read from
+    DBOS's step table before the run starts). DBOS numbers a workflow's steps in the order
+    they run, so a recorded point is still entered as its step, which hands back the
+    recorded outcome without running anything.
+    """
+
+    def __init__(self, recorded: set[str]) -> None:
+        self.recorded = recorded
+
+    async def replay(self, point: int) -> Outcome | None:
+        name = _point_name(point)
+        if name not in self.recorded:
+            return None
+        outcome: Outcome = await DBOS.run_step_async(StepOptions(name=name), _not_recorded)
+        return outcome
+
+    async def commit(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
+        outcome: Outcome = await DBOS.run_step_async(StepOptions(name=_point_name(point)), body)
+        return outcome
+
+
+def _point_name(point: int) -> str:
+    return f"commit point {point}"
+
+
+async def _not_recorded() -> Outcome:
+    raise RuntimeError("a commit point listed as recorded was not found in DBOS's steps")
+
+
+def _run_agent(agent: Agent, request: dict[str, Any], run_id: str) -> Any:
+    recorded = {
+        step["function_name"] for step in _client[0].list_workflow_steps(run_id, load_output=False)
+    }
+    output = agent.run_durably(
+        request["input"],
+        run_id=run_id,
+        session_id=request["session_id"],
+        user_id=request["user_id"],
+        points=DbosCommitPoints(recorded),
+    )
+    return _plain(output.content)
 
 
 def _advance(request: dict[str, Any], run_id: str, until: int | None) -> Any:
-    flow = _flow(request["target"])
+    flow = _target(request["target"])
+    assert isinstance(flow, Workflow)
     output = flow.advance(
         run_id,
         session_id=request["session_id"],
@@ -87,6 +126,15 @@ def _plain(content: Any) -> Any:
     return str(content)
 
 
+def _run_workflow(flow: Workflow, request: dict[str, Any], run_id: str) -> Any:
+    DBOS.run_step(StepOptions(name="start"), _advance, request, run_id, 0)
+    for index, step in enumerate(flow.steps):
+        DBOS.run_step(
+            StepOptions(name=f"step {index}: {step.name}"), _advance, request, run_id, index + 1
+        )
+    return DBOS.run_step(StepOptions(name="finish"), _advance, request, run_id, None)
+
+
 @DBOS.workflow(name=RUN_WORKFLOW, serialization_type=WorkflowSerializationFormat.PORTABLE)
 def fleet_run(request: dict[str, Any]) -> Any:
     run_id = DBOS.workflow_id
@@ -94,14 +142,13 @@ def fleet_run(request: dict[str, Any]) -> Any:
     started = time.perf_counter()
     target = request.get("target")
     try:
-        flow = _flow(str(target))
-        names = [step.name for step in flow.steps]
-        DBOS.run_step(StepOptions(name="start"), _advance, request, run_id, 0)
-        for index, name in enumerate(names):
-            DBOS.run_step(
-                StepOptions(name=f"step {index}: {name}"), _advance, request, run_id, index + 1
-            )
-        content = DBOS.run_step(StepOptions(name="finish"), _advance, request, run_id, None)
+        runnable = _target(str(target))
+        if isinstance(runnable, Workflow):
+            content = _run_workflow(runnable, request, run_id)
+        elif isinstance(runnable, Agent):
+            content = _run_agent(runnable, request, run_id)
+        else:
+            raise ConfigurationError(f"a fleet cannot run a {type(runnable).__name__}")
     except Exception as exc:
         log.warning(
             "run %s %s failed after %.2f s on %s: %s: %s",

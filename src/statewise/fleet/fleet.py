@@ -16,7 +16,7 @@ from typing import Any
 
 from statewise.agent.session_owner import SessionOwner, default_enqueuer, set_default_enqueuer
 from statewise.db.base import validate_id
-from statewise.exceptions import ConfigurationError, RunError
+from statewise.exceptions import ConfigurationError, RunError, RunNotFoundError
 from statewise.fleet._dbos import check_url, require_dbos
 from statewise.fleet._names import (
     DEFAULT_APP_NAME,
@@ -24,8 +24,10 @@ from statewise.fleet._names import (
     DEFAULT_QUEUE,
     DEFAULT_SCHEMA,
     FINISHED,
+    RUN_STATUSES,
     RUN_WORKFLOW,
     RunStatus,
+    dbos_statuses,
     run_request,
     run_status,
 )
@@ -47,12 +49,14 @@ class RunInfo:
     executor: str | None
     error: str | None
     output: Any
-    created_at: datetime | None
+    created_at: datetime | None  # enqueued
+    started_at: datetime | None  # last taken off the queue by a worker
+    finished_at: datetime | None
     updated_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("created_at", "updated_at"):
+        for key in ("created_at", "started_at", "finished_at", "updated_at"):
             value = data[key]
             data[key] = value.isoformat() if value is not None else None
         return data
@@ -210,6 +214,8 @@ class Fleet:
             app_version=self.app_version,
             serialization_type=dbos.WorkflowSerializationFormat.PORTABLE,
         )
+        if user is not None:
+            options["authenticated_user"] = user  # so runs can be listed by user
         kind = "workflow" if isinstance(target, Workflow) else "agent"
         request = run_request(
             target=target.name, kind=kind, input=input, session_id=session, user_id=user
@@ -223,22 +229,33 @@ class Fleet:
         return RunHandle(self, run_id)
 
     def info(self, run_id: str) -> RunInfo:
-        found = self._client.list_workflows(workflow_ids=[run_id])
+        found = self._client.list_workflows(workflow_ids=[run_id], name=RUN_WORKFLOW)
         if not found:
-            raise RunError(f"no fleet run {run_id!r}")
+            raise RunNotFoundError(f"no fleet run {run_id!r}")
         return _info(found[0])
 
-    def runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunInfo]:
-        """Runs on this fleet's queues, newest first."""
-        infos = [
-            _info(s)
-            for s in self._client.list_workflows(
-                name=RUN_WORKFLOW, limit=limit if status is None else None, sort_desc=True
+    def runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        user_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[RunInfo]:
+        """Runs on this fleet's queues, newest first; only `status`'s, or `user_id`'s."""
+        if status is not None and status not in RUN_STATUSES:
+            raise ConfigurationError(
+                f"unknown run status {status!r}; one of: {', '.join(RUN_STATUSES)}"
             )
-        ]
-        if status is not None:
-            infos = [i for i in infos if i.status == status][:limit]
-        return infos
+        found = self._client.list_workflows(
+            name=RUN_WORKFLOW,
+            status=dbos_statuses(status) if status is not None else None,
+            user=user_id,
+            limit=limit,
+            offset=offset or None,
+            sort_desc=True,
+        )
+        return [_info(s) for s in found]
 
 
 def configure(
@@ -280,6 +297,8 @@ def _info(status: Any) -> RunInfo:
         error=None if error is None else _error_text(error),
         output=status.output,
         created_at=_time(status.created_at),
+        started_at=_time(status.dequeued_at),
+        finished_at=_time(status.completed_at),
         updated_at=_time(status.updated_at),
     )
 

@@ -32,9 +32,13 @@ _active: Worker | None = None
 
 class Worker:
     """Executes runs from `queues` with the given targets (Agents, Teams, Workflows,
-    found by their `name`). `concurrency` caps the runs of each queue this worker has in
-    flight (DBOS's per-worker queue limit, stored with the queue: all its workers share
-    the value)."""
+    found by their `name`).
+
+    `concurrency` sets the queues' per-worker limit: each worker of the queue has at most
+    that many of its runs in flight. DBOS 3.4 keeps that limit in the queue's row in
+    PostgreSQL and every worker re-reads it at each poll, so it is one value per queue,
+    not per process: the last worker started with `concurrency` sets it for all.
+    """
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class Worker:
         self.schema = schema
         self._stop = threading.Event()
         self._launched = False
+        self._client: Any = None
 
     def __repr__(self) -> str:
         return f"Worker(executor_id={self.executor_id!r}, targets={sorted(self.targets)!r})"
@@ -85,7 +90,13 @@ class Worker:
         dbos = require_dbos()
         from statewise.fleet import _runs  # registers the DBOS workflow
 
-        _runs.serve_targets(self.targets)
+        self._client = dbos.DBOSClient(
+            system_database_url=self.url,
+            dbos_system_schema=self.schema,
+            application_name=self.app_name,
+            serializer=dbos.DBOSPortableJSONSerializer(),
+        )
+        _runs.serve_targets(self.targets, self._client)
         config: dict[str, Any] = {
             "name": self.app_name,
             "system_database_url": self.url,
@@ -107,10 +118,20 @@ class Worker:
                         name, worker_concurrency=self.concurrency, polling_interval_sec=0.2
                     )
                 elif self.concurrency is not None:
-                    queue.set_worker_concurrency(self.concurrency)
+                    before = queue.worker_concurrency
+                    if before != self.concurrency:
+                        queue.set_worker_concurrency(self.concurrency)
+                        log.info(
+                            "queue %s: per-worker limit %s -> %d (for every worker of it)",
+                            name,
+                            before,
+                            self.concurrency,
+                        )
         except BaseException:
             _active = None
             dbos.DBOS.destroy()
+            self._client.destroy()
+            self._client = None
             raise
         self._launched = True
         log.info(
@@ -123,11 +144,29 @@ class Worker:
     def recover(self, executor_ids: Sequence[str]) -> int:
         """Take over the unfinished runs of executors that are gone (never of a live one:
         both would run the same runs). Returns how many runs were put back on their
-        queues."""
+        queues, where any live worker of those queues takes them.
+
+        Uses DBOS's public workflow management (`list_workflows` + `resume_workflows`): a
+        resumed run keeps the steps it completed and continues after them.
+        """
         dbos = require_dbos()
-        handles = dbos.DBOS._recover_pending_workflows(list(executor_ids))
-        log.info("recovering %d run(s) of executor(s) %s", len(handles), ", ".join(executor_ids))
-        return len(handles)
+        from statewise.fleet._names import RUN_WORKFLOW
+
+        pending = dbos.DBOS.list_workflows(
+            status="PENDING",
+            executor_id=list(executor_ids),
+            app_version=self.app_version,
+            name=RUN_WORKFLOW,
+            load_input=False,
+            load_output=False,
+        )
+        by_queue: dict[str | None, list[str]] = {}
+        for status in pending:
+            by_queue.setdefault(status.queue_name, []).append(status.workflow_id)
+        for queue, run_ids in by_queue.items():
+            dbos.DBOS.resume_workflows(run_ids, queue_name=queue or self.queues[0])
+        log.info("recovering %d run(s) of executor(s) %s", len(pending), ", ".join(executor_ids))
+        return len(pending)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop dequeuing, give runs in flight up to `timeout` seconds to finish, shut down.
@@ -138,6 +177,9 @@ class Worker:
             return
         self._launched = False
         require_dbos().DBOS.destroy(workflow_completion_timeout_sec=int(timeout))
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
         _active = None
 
     def request_stop(self) -> None:

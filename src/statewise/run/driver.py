@@ -25,6 +25,7 @@ from statewise.exceptions import InvalidInputError
 from statewise.models.messages import Message, ModelResponse
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
+from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
 from statewise.run.events import RunCompleted, RunEvent, RunStarted
 from statewise.run.loop import StepsResult, run_steps
@@ -46,6 +47,9 @@ class RunRequest:
     overwrite: bool = False
     history_runs: int | None = None
     stream: bool = False
+    # A durable engine's run (`run.checkpoints`): its id, and its commit points' steps.
+    run_id: str | None = None
+    points: CommitPoints | None = None
 
     def __post_init__(self) -> None:
         check_input(self.input)
@@ -104,9 +108,13 @@ async def drive_run(
 ) -> AsyncIterator[RunEvent]:
     spec = request.spec
     started = time.perf_counter()
+    points = request.points
+    if points is not None:
+        # Nobody could continue a paused durable run inside the engine's workflow.
+        rt = dataclasses.replace(rt, allow_pause=False)
     txn = await store.abegin(spec)
     working = txn.working
-    run_id = new_id()
+    run_id = request.run_id or new_id()
     ctx = RunContext(
         run_id=run_id,
         session_id=spec.session_id,
@@ -117,7 +125,7 @@ async def drive_run(
         _store=store,
         _txn=txn,
     )
-    scope = RunScope(txn=txn, run_id=run_id)
+    scope = RunScope(txn=txn, run_id=run_id, durable=points is not None)
     metrics = RunMetrics()
     ctx.metadata[METRICS_KEY] = metrics  # nested runs (team members) count in this run
     record = RunRecord(
@@ -138,19 +146,25 @@ async def drive_run(
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
         yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name)
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
-        early = await first_result(rt.callbacks.before_agent, available)
-        working.mark("callback:before_agent")
-        changed = await scope.commit(
-            [
+        replayed = await points.replay(0) if points is not None else None
+        if replayed is not None:
+            early = replayed.get("early")  # the start was committed by an earlier execution
+        else:
+            early = await first_result(rt.callbacks.before_agent, available)
+            working.mark("callback:before_agent")
+            started_events = [
                 NewEvent(type="run_started", run_id=run_id, data={"agent": rt.name}),
                 NewEvent(type="user_input", run_id=run_id, data={"content": request.input}),
-            ],
-            run=record,
-            step=0,
-            source="run_start",
-        )
-        if changed is not None:
-            yield changed
+            ]
+            if points is None:
+                changed = await scope.commit(started_events, run=record, step=0, source="run_start")
+            else:
+                early = None if early is None else as_content(early)
+                changed = await commit_point(
+                    points, scope, started_events, 0, "run_start", {"early": early}, run=record
+                )
+            if changed is not None:
+                yield changed
         user_message = Message(role="user", content=request.input)
         result = StepsResult()
         if early is not None:
@@ -166,9 +180,11 @@ async def drive_run(
                 metrics,
                 result,
                 stream=request.stream,
-                defer_final_commit=not rt.callbacks.after_agent,
+                defer_final_commit=not rt.callbacks.after_agent and points is None,
+                points=points,
             ):
                 yield event
+        scope.enter("end")
         async for event in end_run(
             rt, scope, ctx, record, result, [user_message], metrics, available, started
         ):
@@ -244,6 +260,7 @@ async def end_run(
             run=record,
             step=result.final_step,
             source="run_end",
+            commit_id=scope.point_commit_id(),
         )
     if changed is not None:
         yield changed

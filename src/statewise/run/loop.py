@@ -31,6 +31,13 @@ from statewise.models.messages import (
 )
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
+from statewise.run.checkpoints import (
+    CommitPoints,
+    commit_point,
+    counters,
+    replay_step,
+    step_outcome,
+)
 from statewise.run.context import RunContext
 from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
 from statewise.run.output import RunMetrics
@@ -69,8 +76,12 @@ async def run_steps(
     *,
     stream: bool,
     defer_final_commit: bool = False,
+    points: CommitPoints | None = None,
 ) -> AsyncIterator[RunEvent]:
     """Run model/tool steps until the model answers without tool calls.
+
+    With `points` (a durable run, `run.checkpoints`), a step an earlier execution of the
+    run completed is taken from its recorded outcome, and each step's commit is recorded.
 
     With `defer_final_commit`, the last step's events are left in `result.pending_events`
     for the caller's run-end commit instead of being committed on their own.
@@ -89,6 +100,16 @@ async def run_steps(
     first = ctx.step + 1
     for step in range(first, first + rt.max_steps):
         ctx.step = step
+        if points is not None:
+            scope.enter(step)
+            replayed = await points.replay(step)
+            if replayed is not None:
+                if replay_step(replayed, result.messages, metrics):
+                    result.content = replayed.get("content")
+                    result.final_step = step
+                    return
+                continue
+            added, counted = len(result.messages), counters(metrics)
         observed_step = _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
         step_error: BaseException | None = None
         try:
@@ -232,7 +253,17 @@ async def run_steps(
                 result.pending_events = events
                 result.final_step = step
                 return
-            changed = await scope.commit(events, step=step, source="step")
+            if points is None:
+                changed = await scope.commit(events, step=step, source="step")
+            else:
+                recorded = step_outcome(
+                    result.messages[added:],
+                    metrics,
+                    counted,
+                    None if response.tool_calls else response.content,
+                    not response.tool_calls,
+                )
+                changed = await commit_point(points, scope, events, step, "step", recorded)
             if changed is not None:
                 yield changed
             if not response.tool_calls:

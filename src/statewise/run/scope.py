@@ -10,6 +10,7 @@ from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
 from statewise.db.transaction import AsyncTransaction
 from statewise.run import _observe
+from statewise.run.checkpoints import point_commit_id
 from statewise.run.events import StateChanged
 
 
@@ -22,6 +23,20 @@ class RunScope:
     txn: AsyncTransaction
     run_id: str
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    # Durable runs (run.checkpoints): every commit gets a deterministic id, derived from
+    # the commit point the run is at.
+    durable: bool = False
+    point: int | str = 0
+    _inner: int = 0
+
+    def enter(self, point: int | str) -> None:
+        """The run is at commit point `point` now (durable runs)."""
+        self.point = point
+        self._inner = 0
+
+    def point_commit_id(self) -> str | None:
+        """The id of the current commit point's own commit (durable runs only)."""
+        return point_commit_id(self.run_id, self.point) if self.durable else None
 
     @property
     def store(self) -> StateStore:
@@ -40,6 +55,9 @@ class RunScope:
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> StateChanged | None:
+        if commit_id is None and self.durable:
+            self._inner += 1  # a commit inside the point: a team member's step, a failure
+            commit_id = f"{point_commit_id(self.run_id, self.point)}.{self._inner}"
         observed = _observe.commit_started(self, self.working.spec.session_id, source, step)
         try:
             committed = await self.txn.commit(

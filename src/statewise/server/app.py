@@ -10,11 +10,13 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from statewise.fleet import Fleet
 from statewise.server._agui import router as agui_router
 from statewise.server._approvals import router as approvals_router
 from statewise.server._auth import KeyRing, KeySpec
 from statewise.server._docs import install_docs
 from statewise.server._errors import install_error_handlers
+from statewise.server._fleet import router as fleet_router
 from statewise.server._middleware import (
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
@@ -44,6 +46,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     title: str = "statewise",
     public_docs: bool = False,
+    fleet: Fleet | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `apps` (Agents, Teams, Workflows; a list, or a mapping of URL
     name -> object).
@@ -55,6 +58,9 @@ def create_app(
 
     With keys, `/openapi.json`, `/docs` and `/redoc` need a key like the API does;
     `public_docs=True` serves them to anyone.
+
+    With a `fleet` (`statewise.fleet.Fleet`), `/v1/fleet/runs` and the web page list the
+    runs on its durable queues with the worker running each.
     """
     from statewise import __version__
 
@@ -77,6 +83,9 @@ def create_app(
     app.include_router(sessions_router)
     app.include_router(approvals_router)
     app.include_router(agui_router)
+    if fleet is not None:
+        app.state.statewise_fleet = fleet
+        app.include_router(fleet_router)
     install_docs(app, registry, keys, public_docs=public_docs)
 
     @app.get("/", include_in_schema=False)

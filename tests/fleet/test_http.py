@@ -251,6 +251,19 @@ def test_the_page_shows_fleet_runs_with_status_and_executor(
             page.get_by_test_id("fleet-status").select_option("failed")
             expect(rows.locator("tr")).to_have_count(1)
             assert not errors, errors
+
+            # Without a key the panel waits; ann's key, typed in, shows ann's runs only.
+            fresh = browser.new_page(viewport={"width": 1440, "height": 900})
+            fresh.goto(f"{live.url}/")
+            expect(fresh.get_by_test_id("key-form")).to_be_visible()
+            expect(fresh.get_by_test_id("fleet-panel")).to_be_hidden()
+            fresh.locator("#key-input").fill(ANN)
+            fresh.locator("#key-form button").click()
+            ann_rows = fresh.get_by_test_id("fleet-runs").locator("tr")
+            expect(ann_rows).to_have_count(3)
+            expect(
+                fresh.get_by_test_id("fleet-runs").locator(f'tr[data-run-id="{run_ids["failed"]}"]')
+            ).to_have_count(0)
         finally:
             browser.close()
 

@@ -77,11 +77,11 @@ def test_thirty_runs_survive_a_worker_killed_mid_step(
     assert outputs == [f"job{i} after step 4" for i in range(RUNS)]
     infos = [h.status() for h in handles]
     assert {i.status for i in infos} == {"completed"}
-    # The runs w1 was inside of finished on w1 restarted, or on another worker.
-    recovered = {run_id for run_id, _ in cut_off}
-    for info in infos:
-        if info.run_id in recovered:
-            assert (info.executor == "w1") == (recovery == "restart"), info
+    # Taken over, the runs w1 was inside of finished on another worker. (Restarted, DBOS
+    # puts w1's runs back on the queue too, so any worker may have finished them.)
+    if recovery == "takeover":
+        recovered = {run_id for run_id, _ in cut_off}
+        assert all(i.executor != "w1" for i in infos if i.run_id in recovered)
 
     # The steps w1 was inside of ran again (at least once execution) ...
     side = lab.side_lines()

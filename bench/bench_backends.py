@@ -9,7 +9,9 @@ own session ("distinct") or all on one session ("shared": every commit races the
 and is rebased on a lost compare-and-swap; the final item count is checked). PostgreSQL
 and Redis are the local test servers (STATEWISE_TEST_POSTGRES_URL /
 STATEWISE_TEST_REDIS_URL); a backend that is not reachable is shown as skipped. A ✓ after a
-shared cell means the session holds exactly one item per run done (no lost update).
+shared cell means the session holds exactly one item per run done (no lost update); a
+count of lost updates replaces it otherwise. The last lines put each backend's shared
+session at the most workers next to its rate with 1 worker (the contention goal).
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ def main() -> None:
     table.add_column("workers", justify="right")
     for name in backends:
         table.add_column(name, justify="right")
+    rates: dict[tuple[str, int, str], float] = {}
+    lost: dict[tuple[int, str], int] = {}
     try:
         # Warm-up: every worker imports statewise and opens every backend once.
         for name, url in backends.items():
@@ -126,9 +130,11 @@ def main() -> None:
                         session = "shared" if layout == "shared" else f"w{i}"
                         tasks.put((url, f"{layout}-{n}-{session}", start_at, duration))
                     total = sum(results.get() for _ in range(n))
+                    rates[layout, n, name] = total / duration
                     cell = f"{total / duration:,.0f}"
                     if layout == "shared":
-                        cell += " ✓" if _items(url, f"{layout}-{n}-shared") == total else " LOST"
+                        lost[n, name] = total - _items(url, f"{layout}-{n}-shared")
+                        cell += " ✓" if lost[n, name] == 0 else f" {lost[n, name]} LOST"
                     row.append(cell)
                 table.add_row(*row)
     finally:
@@ -138,6 +144,24 @@ def main() -> None:
             w.join()
         _cleanup(tag, skipped)
     Console().print(table)
+    _contention_summary(rates, lost)
+
+
+def _contention_summary(
+    rates: dict[tuple[str, int, str], float], lost: dict[tuple[int, str], int]
+) -> None:
+    """The contention goal, side by side: 16 workers on one shared session against 1."""
+    most = max(WORKER_COUNTS)
+    for name in ("SQLite", "PostgreSQL", "Redis"):
+        one, many = rates.get(("shared", 1, name)), rates.get(("shared", most, name))
+        if not one or many is None:
+            continue
+        print(
+            f"shared session, {name}: {most} workers {many:,.0f} runs/s = "
+            f"{many / one:.0%} of 1 worker ({one:,.0f} runs/s); lost updates: "
+            f"{lost.get((most, name), 0)}"
+        )
+    print(f"goal (PostgreSQL): {most} workers >= 50% of 1 worker, 0 lost")
 
 
 def _items(url: str, session_id: str) -> int:

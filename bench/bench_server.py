@@ -13,7 +13,8 @@ that alternate, one invocation measures:
   as 16 concurrent `arun` tasks on one event loop and as one sync `run` loop (the better
   of the two is the reference);
 * HTTP runs/s: 16 clients, each on its own session, and the p99 of a
-  `GET /v1/sessions/{id}/state` made by a 17th client every 20 ms during that load;
+  `GET /v1/sessions/{id}/state` made every 20 ms during that load by a reader in its own
+  process (in the load generator's process it would time that process's own queue);
 * the same HTTP load on one shared session (every commit races the others), with a
   lost-update check.
 
@@ -132,6 +133,22 @@ class Server:
 async def load(url: str, clients: int, seconds: float, shared: bool, tag: str) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
+    probed = f"{tag}-shared" if shared else f"{tag}-0"
+    # The state reader is its own process: in this one, its requests would queue behind
+    # the load generator's own work and the figure would be the client's, not the server's.
+    start_at = time.time() + 1.5  # the reader's interpreter starts meanwhile
+    reader = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--probe",
+        f"{url}/v1/sessions/{probed}/state",
+        "--start-at",
+        str(start_at),
+        "--seconds",
+        str(seconds),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    await asyncio.sleep(max(0.0, start_at - time.time()))
     stop_at = time.perf_counter() + seconds
 
     async def client(n: int) -> None:
@@ -148,22 +165,11 @@ async def load(url: str, clients: int, seconds: float, shared: bool, tag: str) -
                 else:
                     errors += 1
 
-    state_gets: list[float] = []
-
-    async def prober() -> None:
-        """A reader polling one session's state while the writers run."""
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            session_id = f"{tag}-shared" if shared else f"{tag}-0"
-            while time.perf_counter() < stop_at:
-                started = time.perf_counter()
-                r = await http.get(f"/v1/sessions/{session_id}/state")
-                if r.status_code in (200, 404):
-                    state_gets.append(time.perf_counter() - started)
-                await asyncio.sleep(0.02)
-
     began = time.perf_counter()
-    await asyncio.gather(prober(), *(client(n) for n in range(clients)))
+    await asyncio.gather(*(client(n) for n in range(clients)))
     elapsed = time.perf_counter() - began
+    out, _ = await reader.communicate()
+    state_gets = [float(x) for x in out.split()]
     # No lost update: every completed run appended one item.
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         ids = [f"{tag}-shared"] if shared else [f"{tag}-{n}" for n in range(clients)]
@@ -182,6 +188,20 @@ async def load(url: str, clients: int, seconds: float, shared: bool, tag: str) -
         "lost": len(lat) - items,
         "get_p99": percentile(state_gets, 0.99) * 1000,
     }
+
+
+def probe(url: str, start_at: float, seconds: float) -> None:
+    """The state reader: GET `url` every 20 ms for `seconds` from `start_at` (wall clock);
+    prints each answered GET's latency in seconds."""
+    with httpx.Client(timeout=60) as http:
+        time.sleep(max(0.0, start_at - time.time()))
+        stop_at = time.perf_counter() + seconds
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            r = http.get(url)
+            if r.status_code in (200, 404):
+                print(time.perf_counter() - started)
+            time.sleep(0.02)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -272,7 +292,12 @@ def main() -> None:
     parser.add_argument("--redis", default=os.environ.get("STATEWISE_BENCH_REDIS", REDIS_URL))
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.probe:
+        probe(args.probe, args.start_at, args.seconds)
+        return
     if args.serve:
         serve(args.serve, args.port)
         return

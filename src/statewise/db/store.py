@@ -38,12 +38,16 @@ from statewise.db.planning import (
     PendingCommit,
     SessionMode,
     SessionSpec,
+    catch_up,
     check_identity,
+    is_contiguous,
     rebase_scope,
+    rebuild,
     resplit,
     scope_of,
     state_changes,
     stored_to_full,
+    take_bases,
 )
 from statewise.db.records import (
     Commit,
@@ -71,6 +75,7 @@ from statewise.exceptions import (
     StateValidationError,
     VersionConflict,
 )
+from statewise.state.jsonvalue import copy_json
 from statewise.state.merge import Rules
 from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
@@ -427,7 +432,10 @@ class StateStore:
             validate_id(commit_id, "commit_id")
         self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
         self._register_secrets(ws)
-        pending = PendingCommit(segments=ws.take_segments(source), commit_id=commit_id or new_id())
+        undo = ws.recorder.undoer()
+        pending = PendingCommit(
+            segments=ws.take_segments(source), commit_id=commit_id or new_id(), undo=undo
+        )
         attempt = 0
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
         while True:
@@ -579,8 +587,9 @@ class StateStore:
                 ws.spec.session_id, ws.versions.get(session_key, 0), versions[session_key]
             )
         moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
-        if not moved:
+        if not moved or self._rebase_in_memory(ws, pending, moved, versions):
             return
+        pending.undo = pending.bases = None  # the tree is reloaded: what they held is gone
         loaded = self.db.load_scopes(moved)
         moved_kinds = {k.kind for k in moved}
         rebased: dict[str, list[Op]] = {}
@@ -607,6 +616,52 @@ class StateStore:
         data = {k: v for k, v in dict.items(ws.root) if scope_of(k)[0] not in moved_kinds}
         data.update(latest_data)
         ws.root.replace_contents(data)
+
+    def _rebase_in_memory(
+        self,
+        ws: WorkingState,
+        pending: PendingCommit,
+        moved: Sequence[ScopeKey],
+        versions: Mapping[ScopeKey, int],
+    ) -> bool:
+        """Rebase onto the other writers' deltas applied to the state before our ops, as
+        the tree held it: one read of those deltas instead of reloading the scope. False,
+        changing nothing, when the deltas do not take our base to `versions` (then the
+        caller reloads)."""
+        if pending.bases is None and pending.undo is None:
+            return False
+        tails = {}
+        for key in moved:
+            after = ws.versions.get(key, 0)
+            deltas = self.db.read_deltas(key, after_version=after, upto_version=versions[key])
+            if not is_contiguous(after, versions[key], deltas):
+                return False
+            tails[key] = deltas
+        if pending.bases is None:
+            assert pending.undo is not None
+            pending.bases, pending.undo = take_bases(ws.root, pending.undo), None
+        rebased: dict[str, list[Op]] = {}
+        decoded: dict[str, dict[str, Any]] = {}
+        for key, deltas in tails.items():
+            base = pending.bases.setdefault(key.kind, {})
+            catch_up(key, base, deltas)
+            full = self.codec.decode_scope(key, base)  # secrets decrypted, values shared
+            prefix = SCOPE_PREFIX[key.kind]
+            pending.bases[key.kind] = {name[len(prefix) :]: v for name, v in full.items()}
+            latest = {name: copy_json(v) for name, v in full.items()}
+            theirs = stored_to_full(key.kind, [raw for delta in deltas for raw in delta.ops])
+            ops = rebase_scope(key.kind, latest, theirs, pending, self.rules)
+            if ops is not None:
+                rebased[key.kind] = ops
+            decoded[key.kind] = latest
+            ws.versions[key] = versions[key]
+            size = ws.sizes.setdefault(key, ScopeSizes())
+            size.tail_bytes += sum(
+                len(_codec.dumps([s.to_dict() for s in delta.segments])) for delta in deltas
+            )
+        pending.segments = resplit(pending.segments, rebased)
+        ws.root.replace_contents(rebuild(pending.bases, decoded, pending))
+        return True
 
 
 @dataclass(kw_only=True)

@@ -264,11 +264,12 @@ def checkout_at(
     keys = spec.scope_keys()
     record, current = store.db.probe(spec.session_id, keys)
     at = {key: versions.get(key, current[key]) for key in keys}
-    ahead = {key.kind: v for key, v in at.items() if v > current[key] or v < 0}
-    if ahead:
+    if any(not 0 <= at[key] <= current[key] for key in keys):
+        given = {key.kind: at[key] for key in keys}
+        stored = {key.kind: current[key] for key in keys}
         raise InvalidInputError(
-            f"session {spec.session_id!r}: the versions given {ahead} are not versions of its "
-            f"state (stored: { ({k.kind: v for k, v in current.items()}) })"
+            f"session {spec.session_id!r}: the state versions given ({given}) are not versions "
+            f"it had: negative, or newer than the session's ({stored})"
         )
     data: dict[str, Any] = {}
     for key in keys:

@@ -101,15 +101,8 @@ class StateSync:
             # A new session: the run starts from this state (see the route).
             self._check_shared(sorted(k for k in state if scope_of(k)[0] == "app"), principal)
             return []
-        current = self.db.probe(self.spec.session_id, self.keys)[1]
-        if synced is not None and any(synced[k] > current[k] for k in self.keys):
-            raise Problem(
-                422,
-                "the state versions given are newer than the session's "
-                f"({_versions_json(synced)} > {_versions_json(current)})",
-                title="Invalid request",
-            )
-        # Opened at the versions the frontend saw: its edits rebase like any writer's.
+        # Opened at the versions the frontend saw: its edits rebase like any writer's
+        # (versions the session never had are an InvalidInputError, a 422).
         with self.store.begin(self.spec, mode="existing", at_versions=synced) as txn:
             base_view = {
                 key: REDACTED if key in self.served.secret_keys else to_plain(value)

@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the registry and the caller, from the app's state."""
+"""FastAPI dependencies: the registry and the caller, from the app's state.
+
+Both are `async def` although they never await: they do no I/O, and FastAPI runs a sync
+dependency in its thread pool, a hop per request that under load waits for a free thread
+and the GIL before the endpoint even starts."""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ from statewise.server._auth import KeyRing, Principal
 from statewise.server._registry import Registry
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     registry: Registry = request.app.state.statewise_registry
     return registry
 
 
-def get_principal(
+async def get_principal(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:

@@ -125,9 +125,10 @@ async def _prepare(
     return served, session_id, user_id
 
 
-def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
+async def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
+    secrets = await run_in_threadpool(lambda: served.secret_keys)  # a database read
     return StreamingResponse(
-        _stream(events, served.secret_keys),
+        _stream(events, secrets),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -156,9 +157,11 @@ async def create_run(
     served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
     if "text/event-stream" in (accept or ""):
         events = await _start(served, body, session_id, user_id, stream=True)
-        return _event_stream(served, events)
+        return await _event_stream(served, events)
     output = await _start(served, body, session_id, user_id, stream=False)
-    data = await run_in_threadpool(output_json, output, served.secret_keys)
+    # `secret_keys` reads the app's registry from the database: off the loop, with the
+    # serialization.
+    data = await run_in_threadpool(lambda: output_json(output, served.secret_keys))
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
 
 
@@ -182,7 +185,7 @@ async def stream_run(
 ) -> StreamingResponse:
     served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
     events = await _start(served, body, session_id, user_id, stream=True)
-    return _event_stream(served, events)
+    return await _event_stream(served, events)
 
 
 async def _stream(events: AsyncIterator[Any], secrets: frozenset[str]) -> AsyncIterator[bytes]:

@@ -71,6 +71,18 @@ class Recorder:
             if has_op:
                 self.ops.pop()
 
+    def undoer(self) -> Callable[[], None]:
+        """A function that undoes every change made since the last drain. Take it before
+        the next `drain` and call it while the tree has not changed since: a commit that
+        lost a race takes the tree back to the state its ops were made on."""
+        entries = list(self._undo)
+
+        def undo() -> None:
+            for _has_op, fn, args in reversed(entries):
+                fn(*args)
+
+        return undo
+
     def drain(self) -> list[Op]:
         """Return the ops since the last drain and forget their undo info (a commit)."""
         ops, self.ops = self.ops, []

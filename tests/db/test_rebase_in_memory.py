@@ -1,0 +1,218 @@
+"""A commit that loses a race is rebased in memory: the other writers' deltas are applied
+to the state the tree held before our ops, instead of reloading the scope. These tests run
+the same races twice on real SQLite files, once that way and once with the reload, and
+require the same outcome to the byte: the stored state, every delta's segments (which
+source each op is attributed to) and conflicts, the events, the run's conflict records,
+and the tree the writer keeps. The races cover lists both sides append to and remove
+from, counters under `sum`, `max` and `union` keys, a secret (encrypted) key, the shared `user:`
+and `app:` scopes, `temp:` keys, and a commit that loses two races in a row."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+
+from statewise.db import SqliteDb
+from statewise.db.planning import SessionSpec
+from statewise.db.records import Commit, CommitResult
+from statewise.db.store import StateStore
+from statewise.db.working import visible_state
+from statewise.state.merge import Rules
+from statewise.state.secrets import Cipher, is_encrypted
+
+KEY = Fernet.generate_key()
+RULES = Rules({"n": "sum", "hi": "max", "tags": "union"})
+SPEC = SessionSpec(session_id="s1", user_id="u1", app_name="app1")
+
+Writer = Callable[[Any, random.Random], None]
+
+
+def _store(path: Path) -> StateStore:
+    return StateStore(
+        SqliteDb(db_file=str(path)), rules=RULES, secret_keys=["token"], cipher=Cipher(KEY)
+    )
+
+
+def _start(state: Any) -> None:
+    state.update(
+        {
+            "items": ["a", "b", "c", "d"],
+            "n": 0,
+            "hi": 1,
+            "tags": ["x"],
+            "doc": {"title": "t", "body": {"p": 1}},
+            "token": "secret-0",
+            "user:prefs": {"lang": "en", "seen": []},
+            "app:count": 0,
+        }
+    )
+
+
+def _edit(state: Any, rng: random.Random, who: str) -> None:
+    """Some changes of the kinds runs make, chosen by `rng`."""
+    for _ in range(rng.randint(1, 4)):
+        pick = rng.randrange(11)
+        if pick == 0:
+            state["items"].append(f"{who}{rng.randrange(100)}")
+        elif pick == 1 and state["items"]:
+            state["items"].pop(rng.randrange(len(state["items"])))
+        elif pick == 2:
+            state["items"].insert(rng.randrange(len(state["items"]) + 1), f"{who}-ins")
+        elif pick == 3:
+            state["n"] += rng.randint(1, 5)
+        elif pick == 4:
+            state["hi"] = rng.randrange(50)
+        elif pick == 5:
+            state["tags"].append(f"{who}t")
+        elif pick == 6:
+            state["doc"]["body"][who] = rng.randrange(9)
+        elif pick == 7:
+            state["token"] = f"secret-{who}-{rng.randrange(9)}"
+        elif pick == 8:
+            state["user:prefs"]["seen"].append(who)
+        elif pick == 9:
+            state["app:count"] += 1
+        else:
+            state[f"temp:{who}"] = rng.randrange(9)
+            state["doc"]["title"] = f"{who}-title"
+
+
+def _outcome(store: StateStore, committed: list[Any], kept: dict[str, Any]) -> dict[str, Any]:
+    db = store.db
+    deltas = {
+        kind: [
+            (d.version, [s.to_dict() for s in d.segments], d.conflicts) for d in db.read_deltas(key)
+        ]
+        for kind, key in zip(("session", "user", "app"), SPEC.scope_keys(), strict=True)
+    }
+    fresh = StateStore(db, rules=RULES, secret_keys=["token"], cipher=Cipher(KEY))
+    fresh.cache.drop(SPEC.session_id)
+    state, version = fresh.read_state(SPEC)
+    fresh.cache.drop(SPEC.session_id)
+    kept["stored_at_its_versions"] = fresh.state_at(SPEC, kept["versions"])
+    events = [(e.seq, e.type, e.data) for e in db.read_events(SPEC.session_id)]
+    outcome: dict[str, Any] = _plain(
+        {
+            "state": state,
+            "version": version,
+            "deltas": deltas,
+            "events": events,
+            "committed": [(c.versions, c.changes, c.conflicts) for c in committed],
+            "kept": kept,
+        }
+    )
+    return outcome
+
+
+def _race(path: Path, seed: int, losses: int) -> dict[str, Any]:
+    """Writer A edits its checked-out state, then another writer (its own connection)
+    commits its own edits before each of A's first `losses` commit attempts, so A loses
+    up to that many races in a row (fewer when a writer touched no scope A writes) and
+    lands after rebasing each time."""
+    rng = random.Random(seed)
+    store = _store(path)
+    with store.begin(SPEC) as txn:
+        _start(txn.state)
+        txn.commit(source="start")
+    committed = []
+    with store.begin(SPEC) as mine:
+        _edit(mine.state, rng, "a")
+        mine.mark("tool_a")
+        _edit(mine.state, rng, "b")
+        others = [_store(path) for _ in range(losses)]
+        real_commit = store.db.commit
+        left = list(others)
+
+        def commit_after_others(commit: Commit) -> CommitResult:
+            if left:
+                other = left.pop(0)
+                with other.begin(SPEC) as theirs:
+                    _edit(theirs.state, rng, f"o{len(left)}")
+                    other_commit = theirs.commit(source="other")
+                    assert not other_commit.replayed
+            return real_commit(commit)
+
+        store.db.commit = commit_after_others  # type: ignore[method-assign]
+        committed.append(mine.commit(source="tool_b"))
+        store.db.commit = real_commit  # type: ignore[method-assign]
+        kept = {
+            "tree": visible_state(mine.state),
+            "versions": dict(mine.versions),
+            "races_lost": losses - len(left),  # A landed early when no scope overlapped
+        }
+        for other in others:
+            other.db.close()
+    outcome = _outcome(store, committed, kept)
+    store.db.close()
+    return outcome
+
+
+def _plain(value: Any) -> Any:
+    """Plain data, with each encrypted value decrypted (a ciphertext differs each time)."""
+    if isinstance(value, dict):
+        if is_encrypted(value):
+            return ("decrypted", Cipher(KEY).decrypt_value(value))
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@pytest.fixture
+def reload_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+    def force() -> None:
+        monkeypatch.setattr(StateStore, "_rebase_in_memory", lambda self, *a: False)
+
+    yield force
+
+
+@pytest.mark.parametrize("losses", [1, 2])
+def test_in_memory_rebase_matches_reloading_the_scope(
+    tmp_path: Path, losses: int, reload_only: Callable[[], None]
+) -> None:
+    in_memory = [_race(tmp_path / f"m{seed}.db", seed, losses) for seed in range(25)]
+    reload_only()
+    reloaded = [_race(tmp_path / f"r{seed}.db", seed, losses) for seed in range(25)]
+    conflicts = most_lost = 0
+    for seed, (a, b) in enumerate(zip(in_memory, reloaded, strict=True)):
+        assert a == b, f"seed {seed}: the in-memory rebase differs from the reload"
+        # The kept tree is the stored state plus temp: keys: what the next run starts from.
+        # The tree the writer keeps for its next run is the stored state at its versions.
+        assert a["kept"]["tree"] == a["kept"]["stored_at_its_versions"], f"seed {seed}"
+        conflicts += len(a["committed"][0][2])
+        most_lost = max(most_lost, a["kept"]["races_lost"])
+    assert conflicts > 0, "the races recorded no conflict: they test too little"
+    assert most_lost == losses, f"no race made A lose {losses} times in a row"
+
+
+def test_in_memory_rebase_reads_no_snapshot(tmp_path: Path) -> None:
+    """The lever itself: losing a race reads the other writer's deltas, never the
+    scope's snapshot and tail again."""
+    store = _store(tmp_path / "t.db")
+    loads: list[Any] = []
+    real = store.db.load_scopes
+
+    def counting(keys: Any) -> Any:
+        loads.append(list(keys))
+        return real(keys)
+
+    with store.begin(SPEC) as txn:
+        _start(txn.state)
+        txn.commit(source="start")
+    other = _store(tmp_path / "t.db")
+    with store.begin(SPEC) as mine:
+        mine.state["items"].append("mine")
+        with other.begin(SPEC) as theirs:
+            theirs.state["items"].append("theirs")
+            theirs.commit(source="other")
+        store.db.load_scopes = counting  # type: ignore[method-assign]
+        mine.commit(source="tool")
+    assert loads == []
+    assert store.read_state(SPEC)[0]["items"][-2:] == ["theirs", "mine"]
+    other.db.close()
+    store.db.close()

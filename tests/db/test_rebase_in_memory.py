@@ -10,6 +10,7 @@ and `app:` scopes, `temp:` keys, and a commit that loses two races in a row."""
 from __future__ import annotations
 
 import random
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -190,29 +191,61 @@ def test_in_memory_rebase_matches_reloading_the_scope(
     assert most_lost == losses, f"no race made A lose {losses} times in a row"
 
 
-def test_in_memory_rebase_reads_no_snapshot(tmp_path: Path) -> None:
-    """The lever itself: losing a race reads the other writer's deltas, never the
-    scope's snapshot and tail again."""
-    store = _store(tmp_path / "t.db")
-    loads: list[Any] = []
-    real = store.db.load_scopes
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], StateStore]]:
+    """Stores on one database: a SQLite file, or a schema of the PostgreSQL test server."""
+    if request.param == "sqlite":
+        yield lambda: _store(tmp_path / "t.db")
+        return
+    pg_url = request.getfixturevalue("pg_url")
+    import psycopg
 
-    def counting(keys: Any) -> Any:
-        loads.append(list(keys))
-        return real(keys)
+    from statewise.db.postgres import PostgresDb
+
+    schema = f"sw_rebase_{secrets.token_hex(4)}"
+    yield lambda: StateStore(
+        PostgresDb(pg_url, schema=schema, pool_size=2),
+        rules=RULES,
+        secret_keys=["token"],
+        cipher=Cipher(KEY),
+    )
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_in_memory_rebase_reads_no_snapshot(opener: Callable[[], StateStore]) -> None:
+    """The lever itself: losing a race reads the other writer's deltas (with the versions,
+    in one round trip on PostgreSQL), never the scope's snapshot and tail again."""
+    store = opener()
+    reads: list[str] = []
+    db: Any = store.db
+    real_load, real_probe = db.load_scopes, db.probe_tails
+
+    def load(keys: Any) -> Any:
+        reads.append("load_scopes")
+        return real_load(keys)
+
+    def probe_tails(session_id: str, bases: Any) -> Any:
+        reads.append("probe_tails")
+        return real_probe(session_id, bases)
 
     with store.begin(SPEC) as txn:
         _start(txn.state)
         txn.commit(source="start")
-    other = _store(tmp_path / "t.db")
+    other = opener()
     with store.begin(SPEC) as mine:
         mine.state["items"].append("mine")
+        mine.state["n"] += 2
         with other.begin(SPEC) as theirs:
             theirs.state["items"].append("theirs")
+            theirs.state["n"] += 3
             theirs.commit(source="other")
-        store.db.load_scopes = counting  # type: ignore[method-assign]
-        mine.commit(source="tool")
-    assert loads == []
-    assert store.read_state(SPEC)[0]["items"][-2:] == ["theirs", "mine"]
+        db.load_scopes, db.probe_tails = load, probe_tails
+        committed = mine.commit(source="tool")
+    assert reads == ["probe_tails"]
+    state = store.read_state(SPEC)[0]
+    assert state["items"][-2:] == ["theirs", "mine"]
+    assert state["n"] == 5
+    assert [c["rule"] for c in committed.conflicts] == ["sum"]
     other.db.close()
     store.db.close()

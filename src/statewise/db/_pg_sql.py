@@ -272,6 +272,32 @@ def probe_query(s: str) -> str:
     """
 
 
+def probe_tails_query(s: str) -> str:
+    """`probe_query`, plus the deltas of each scope after a given version as one JSON
+    array of [ordinal, version, session_id, run_id, step, segments, conflicts, created_at]:
+    one statement, so the versions and the deltas come from one snapshot."""
+    return f"""
+        SELECT se.session_id, se.user_id, se.app_name, se.kind, se.created_at, se.updated_at,
+               se.last_seq, se.metadata, v.versions, t.tails
+        FROM (SELECT 1) AS one
+        LEFT JOIN {s}.sessions se ON se.session_id = %s
+        CROSS JOIN LATERAL (
+            SELECT array_agg(coalesce(sc.version, 0) ORDER BY k.ord) AS versions
+            FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS k(kind, scope_id, ord)
+            LEFT JOIN {s}.scopes sc ON sc.kind = k.kind AND sc.scope_id = k.scope_id
+        ) AS v
+        CROSS JOIN LATERAL (
+            SELECT coalesce(json_agg(json_build_array(k.ord, dl.version, dl.session_id,
+                       dl.run_id, dl.step, dl.segments, dl.conflicts, dl.created_at)
+                       ORDER BY k.ord, dl.version), '[]'::json) AS tails
+            FROM unnest(%s::text[], %s::text[], %s::bigint[])
+                 WITH ORDINALITY AS k(kind, scope_id, after, ord)
+            JOIN {s}.deltas dl ON dl.kind = k.kind AND dl.scope_id = k.scope_id
+                 AND dl.version > k.after
+        ) AS t
+    """
+
+
 def load_query(s: str) -> str:
     """Each existing scope's version, snapshot and the deltas after it: one statement, so
     one consistent snapshot of the database for all scopes."""

@@ -12,7 +12,7 @@ import contextvars
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -213,7 +213,21 @@ class BaseDb(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    # ---- written once for every backend -------------------------------------------------
+    # ---- written once for every backend (a backend may override for fewer round trips) ----
+
+    def probe_tails(
+        self, session_id: str, bases: Mapping[ScopeKey, int]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, list[DeltaRecord]]]:
+        """`probe`, with the deltas each scope got after its version in `bases` (up to
+        the version probed; none for a scope that did not move): what a commit that lost
+        a race needs to rebase in memory."""
+        record, versions = self.probe(session_id, list(bases))
+        tails = {
+            key: self.read_deltas(key, after_version=after, upto_version=versions[key])
+            for key, after in bases.items()
+            if versions[key] != after
+        }
+        return record, versions, tails
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -244,6 +244,29 @@ class PostgresDb(BaseDb):
         assert row is not None
         versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
         return (_session_from_row(row) if row[0] is not None else None), versions
+
+    def probe_tails(
+        self, session_id: str, bases: Mapping[ScopeKey, int]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, list[DeltaRecord]]]:
+        """One round trip (see `BaseDb.probe_tails`)."""
+        keys = list(bases)
+        kinds, ids = [k.kind for k in keys], [k.id for k in keys]
+        row = self._read(
+            lambda c: c.execute(
+                Q.probe_tails_query(self._s),
+                (session_id, kinds, ids, kinds, ids, [bases[k] for k in keys]),
+            ).fetchone()
+        )
+        assert row is not None
+        versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
+        tails: dict[ScopeKey, list[DeltaRecord]] = {
+            key: [] for key in keys if versions[key] != bases[key]
+        }
+        for ordinal, version, *fields in row[9]:
+            key = keys[ordinal - 1]
+            if key in tails:
+                tails[key].append(decode_delta_row(key, version, *fields))
+        return (_session_from_row(row) if row[0] is not None else None), versions, tails
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
         rows = self._read(

@@ -51,6 +51,7 @@ from statewise.db.planning import (
 )
 from statewise.db.records import (
     Commit,
+    DeltaRecord,
     DeltaSegment,
     NewEvent,
     RunRecord,
@@ -575,7 +576,8 @@ class StateStore:
     def _rebase(self, ws: WorkingState, pending: PendingCommit, policy: CommitPolicy) -> None:
         """Re-apply our pending ops on the latest stored state of every scope that moved."""
         keys = ws.spec.scope_keys()
-        record, versions = self.db.probe(ws.spec.session_id, keys)
+        bases = {key: ws.versions.get(key, 0) for key in keys}
+        record, versions, tails = self.db.probe_tails(ws.spec.session_id, bases)
         check_identity(policy.mode, ws.spec, ws.record, record)
         if ws.record is None:
             ws.record = record
@@ -587,7 +589,7 @@ class StateStore:
                 ws.spec.session_id, ws.versions.get(session_key, 0), versions[session_key]
             )
         moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
-        if not moved or self._rebase_in_memory(ws, pending, moved, versions):
+        if not moved or self._rebase_in_memory(ws, pending, moved, versions, tails):
             return
         pending.undo = pending.bases = None  # the tree is reloaded: what they held is gone
         loaded = self.db.load_scopes(moved)
@@ -623,26 +625,24 @@ class StateStore:
         pending: PendingCommit,
         moved: Sequence[ScopeKey],
         versions: Mapping[ScopeKey, int],
+        tails: Mapping[ScopeKey, Sequence[DeltaRecord]],
     ) -> bool:
-        """Rebase onto the other writers' deltas applied to the state before our ops, as
-        the tree held it: one read of those deltas instead of reloading the scope. False,
-        changing nothing, when the deltas do not take our base to `versions` (then the
-        caller reloads)."""
+        """Rebase onto the other writers' deltas (`tails`, read with `versions`) applied
+        to the state before our ops, as the tree held it, instead of reloading the scope.
+        False, changing nothing, when the deltas do not take our base to `versions` (then
+        the caller reloads)."""
         if pending.bases is None and pending.undo is None:
             return False
-        tails = {}
         for key in moved:
-            after = ws.versions.get(key, 0)
-            deltas = self.db.read_deltas(key, after_version=after, upto_version=versions[key])
-            if not is_contiguous(after, versions[key], deltas):
+            if not is_contiguous(ws.versions.get(key, 0), versions[key], tails.get(key, ())):
                 return False
-            tails[key] = deltas
         if pending.bases is None:
             assert pending.undo is not None
             pending.bases, pending.undo = take_bases(ws.root, pending.undo), None
         rebased: dict[str, list[Op]] = {}
         decoded: dict[str, dict[str, Any]] = {}
-        for key, deltas in tails.items():
+        for key in moved:
+            deltas = tails[key]
             base = pending.bases.setdefault(key.kind, {})
             catch_up(key, base, deltas)
             full = self.codec.decode_scope(key, base)  # secrets decrypted, values shared
@@ -654,10 +654,12 @@ class StateStore:
             if ops is not None:
                 rebased[key.kind] = ops
             decoded[key.kind] = latest
+        # Nothing above raised (a `strict` key can): the tree moves to the new versions.
+        for key in moved:
             ws.versions[key] = versions[key]
             size = ws.sizes.setdefault(key, ScopeSizes())
             size.tail_bytes += sum(
-                len(_codec.dumps([s.to_dict() for s in delta.segments])) for delta in deltas
+                len(_codec.dumps([s.to_dict() for s in delta.segments])) for delta in tails[key]
             )
         pending.segments = resplit(pending.segments, rebased)
         ws.root.replace_contents(rebuild(pending.bases, decoded, pending))

@@ -198,6 +198,14 @@ class Agent(SessionOwner):
         )
 
     def _system_prompt(self, ctx: RunContext) -> str | None:
+        if not (
+            self.description
+            or self.instructions
+            or self.markdown
+            or self.add_session_state_to_context
+            or self.enable_agentic_state
+        ):
+            return None  # nothing to render, so no state to read
         return build_system_prompt(
             agent=self,
             ctx=ctx,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+from statewise.state.jsontext import JsonText
+
+_encoder = JsonText(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _decode = json.JSONDecoder().decode
 
 
 def dumps(value: Any) -> str:
-    return _encoder.encode(value)
+    return _encoder.dumps(value)
 
 
 def loads(text: str | bytes) -> Any:

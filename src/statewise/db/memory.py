@@ -56,7 +56,8 @@ class InMemoryDb(BaseDb):
         self._scopes: dict[ScopeKey, _Scope] = {}
         self._events: dict[str, list[tuple[int, str | None, str, str, float]]] = {}
         self._runs: dict[str, dict[str, RunRecord]] = {}
-        self._commits: dict[str, dict[str, str]] = {}  # session id -> commit id -> result
+        # session id -> commit id -> (versions, last_seq, event count), encoded on replay only
+        self._commits: dict[str, dict[str, tuple[dict[ScopeKey, int], int, int]]] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
 
     def __repr__(self) -> str:
@@ -71,7 +72,8 @@ class InMemoryDb(BaseDb):
         with self._lock:
             record = self._sessions.get(session_id)
             copy = SessionRecord(**record.to_dict()) if record else None
-            versions = {k: (self._scopes[k].version if k in self._scopes else 0) for k in keys}
+            scopes = self._scopes
+            versions = {k: (scope.version if (scope := scopes.get(k)) else 0) for k in keys}
             return copy, versions
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
@@ -110,7 +112,7 @@ class InMemoryDb(BaseDb):
         with self._lock:
             landed = self._commits.get(session.session_id, {}).get(commit.commit_id)
             if commit.commit_id and landed is not None:
-                return decode_commit_result(commit, landed, now)
+                return decode_commit_result(commit, encode_commit_result(*landed), now)
             existing = self._sessions.get(session.session_id)
             if commit.create_session and existing is not None:
                 raise VersionConflict(f"session {session.session_id!r}", 0, None)
@@ -134,8 +136,7 @@ class InMemoryDb(BaseDb):
             encoded_events = [(e, _codec.dumps(e.data)) for e in commit.events]
             run_copy = None
             if commit.run is not None:
-                _codec.dumps(commit.run.messages)
-                _codec.dumps(commit.run.metrics)
+                _codec.dumps((commit.run.messages, commit.run.metrics))  # storable, or refused
                 run_copy = RunRecord(**commit.run.to_dict())
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
@@ -179,7 +180,9 @@ class InMemoryDb(BaseDb):
                 runs[run_copy.run_id] = run_copy
             if commit.commit_id:
                 self._commits.setdefault(session.session_id, {})[commit.commit_id] = (
-                    encode_commit_result(versions, existing.last_seq, len(commit.events))
+                    dict(versions),
+                    existing.last_seq,
+                    len(commit.events),
                 )
             return CommitResult(
                 versions=versions, first_seq=first_seq, last_seq=existing.last_seq, committed_at=now

@@ -6,6 +6,7 @@ everything here is a function of its arguments.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -62,11 +63,15 @@ class SessionSpec:
     kind: str = "agent"
 
     def scope_keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
-        return (
-            ScopeKey("session", self.session_id),
-            ScopeKey("user", self.user_id or ANONYMOUS_USER),
-            ScopeKey("app", self.app_name),
-        )
+        return _scope_keys(self.session_id, self.user_id or ANONYMOUS_USER, self.app_name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scope_keys(
+    session_id: str, user_id: str, app_name: str
+) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
+    """A run asks for its scope keys at every commit: made once per session, not per ask."""
+    return ScopeKey("session", session_id), ScopeKey("user", user_id), ScopeKey("app", app_name)
 
 
 @dataclass(kw_only=True)

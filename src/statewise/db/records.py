@@ -10,15 +10,18 @@ changed, not the whole state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 ScopeKind = Literal["session", "user", "app"]
 RunStatus = Literal["running", "completed", "failed", "paused"]
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class ScopeKey:
-    """Names one versioned piece of state: a session's keys, a user's, or an app's."""
+class ScopeKey(NamedTuple):
+    """Names one versioned piece of state: a session's keys, a user's, or an app's.
+
+    A named tuple (immutable, ordered, hashed in C): a run looks scopes up by key a few
+    dozen times, and a dataclass's hash and constructor run Python code each time.
+    """
 
     kind: ScopeKind
     id: str

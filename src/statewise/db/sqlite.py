@@ -55,6 +55,65 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class _Landed(Exception):
+    """A commit whose id had already landed: its stored result, raised out of the write
+    transaction so that what the attempt changed is rolled back."""
+
+    def __init__(self, result: CommitResult) -> None:
+        super().__init__("commit already landed")
+        self.result = result
+
+
+LARGE_VALUE = 64 * 1024
+"""A text this long is bound through a statement of its own (see `_insert_rows`)."""
+
+
+def _insert_rows(
+    conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """INSERT `rows` into `table`.
+
+    SQLite keeps its copy of a value bound to a cached statement until that statement is
+    bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
+    made the next small insert through the same statement pay for freeing that copy,
+    milliseconds in each of the first runs after the write. Rows holding a large text go
+    through a statement of their own instead, which is bound again at once with values
+    that insert nothing, so the large copy is freed within the write that made it.
+    """
+    width = len(rows[0]) if rows else 0
+    marks = ",".join("?" * width)
+    small = [row for row in rows if not _holds_large_text(row)]
+    if len(small) == 1:
+        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
+    elif small:
+        conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
+    if len(small) == len(rows):
+        return
+    large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
+    for row in rows:
+        if _holds_large_text(row):
+            conn.execute(large_sql, (*row, 1))
+    conn.execute(large_sql, (*(None,) * width, 0))  # inserts nothing; frees the copies
+
+
+def _holds_large_text(row: tuple[Any, ...]) -> bool:
+    return any(isinstance(value, str) and len(value) > LARGE_VALUE for value in row)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_sql(p: str, scopes: int) -> str:
+    """The session row (NULLs when there is none) and the version of each of `scopes`
+    scopes (NULL when never written), in one row."""
+    versions = "".join(
+        f", (SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?)" for _ in range(scopes)
+    )
+    return (
+        f"SELECT s.session_id, s.user_id, s.app_name, s.kind, s.created_at, s.updated_at, "
+        f"s.last_seq, s.metadata{versions} FROM (SELECT ? AS id) AS wanted "
+        f"LEFT JOIN {p}sessions AS s ON s.session_id = wanted.id"
+    )
+
+
 def _migrations(p: str) -> list[str]:
     """Schema changes in order; the list index + 1 is the schema version."""
     return [
@@ -390,22 +449,13 @@ class SqliteDb(BaseDb):
     def probe(
         self, session_id: str, keys: Sequence[ScopeKey]
     ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
-        p = self.table_prefix
-        conn = self._conn
-        row = conn.execute(
-            f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
-            f"metadata FROM {p}sessions WHERE session_id = ?",
-            (session_id,),
-        ).fetchone()
-        versions = dict.fromkeys(keys, 0)
-        for key in keys:
-            found = conn.execute(
-                f"SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?",
-                (key.kind, key.id),
-            ).fetchone()
-            if found:
-                versions[key] = found[0]
-        return (self._session_from_row(row) if row else None), versions
+        # One statement, so one snapshot of the database and one round through SQLite for
+        # what was a query per scope: this runs at the start of every run.
+        params: list[Any] = [part for key in keys for part in key]
+        params.append(session_id)
+        row = self._conn.execute(_probe_sql(self.table_prefix, len(keys)), params).fetchone()
+        versions = {key: row[8 + i] or 0 for i, key in enumerate(keys)}
+        return (self._session_from_row(row) if row[0] is not None else None), versions
 
     def _session_from_row(self, row: Sequence[Any]) -> SessionRecord:
         try:
@@ -635,7 +685,11 @@ class SqliteDb(BaseDb):
     # ---- writes --------------------------------------------------------------------------
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
+        # The file is checked inside the transaction below; only a new connection (which
+        # would create an empty file where the database was) needs the check first.
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._conn
         with self._write_lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -656,21 +710,48 @@ class SqliteDb(BaseDb):
     def commit(self, commit: Commit) -> CommitResult:
         try:
             return self._write(lambda conn: self._commit_in(conn, commit))
+        except _Landed as landed:
+            return landed.result  # (what this attempt changed was rolled back)
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+
+    def _landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
+        """The stored result of `commit`'s id, if a commit with that id landed before."""
+        row = conn.execute(
+            f"SELECT result, created_at FROM {self.table_prefix}commits "
+            f"WHERE session_id = ? AND commit_id = ?",
+            (commit.session.session_id, commit.commit_id),
+        ).fetchone()
+        return decode_commit_result(commit, row[0], row[1]) if row is not None else None
+
+    def _insert_commit_id(
+        self,
+        conn: sqlite3.Connection,
+        commit: Commit,
+        versions: dict[ScopeKey, int],
+        last_seq: int,
+        now: float,
+    ) -> None:
+        conn.execute(
+            f"INSERT INTO {self.table_prefix}commits (session_id, commit_id, result, created_at) "
+            f"VALUES (?,?,?,?)",
+            (
+                commit.session.session_id,
+                commit.commit_id,
+                encode_commit_result(versions, last_seq, len(commit.events)),
+                now,
+            ),
+        )
 
     def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
         p = self.table_prefix
         now = time.time()
         session = commit.session
         n_events = len(commit.events)
-        if commit.commit_id:
-            landed = conn.execute(
-                f"SELECT result, created_at FROM {p}commits WHERE session_id = ? AND commit_id = ?",
-                (session.session_id, commit.commit_id),
-            ).fetchone()
+        if commit.commit_id and commit.create_session:
+            landed = self._landed(conn, commit)
             if landed is not None:
-                return decode_commit_result(commit, landed[0], landed[1])
+                return landed
         if commit.create_session:
             try:
                 conn.execute(
@@ -699,6 +780,18 @@ class SqliteDb(BaseDb):
             if row is None:
                 raise VersionConflict(f"session {session.session_id!r}", 1, None)
             last_seq = row[0]
+            if commit.commit_id:
+                # The id goes in first, with the result this commit has if it lands: an id
+                # that landed before fails the insert, and the transaction is rolled back.
+                # (One statement where a lookup and an insert were.)
+                expected = {write.key: write.base_version + 1 for write in commit.writes}
+                try:
+                    self._insert_commit_id(conn, commit, expected, last_seq, now)
+                except sqlite3.IntegrityError:
+                    landed = self._landed(conn, commit)
+                    if landed is None:
+                        raise
+                    raise _Landed(landed) from None
         versions: dict[ScopeKey, int] = {}
         for write in commit.writes:
             key = write.key
@@ -721,26 +814,32 @@ class SqliteDb(BaseDb):
                     (key.kind, key.id),
                 ).fetchone()
                 raise VersionConflict(str(key), write.base_version, actual[0] if actual else None)
-            conn.execute(
-                f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, step, "
-                f"segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    key.kind,
-                    key.id,
-                    new_version,
-                    session.session_id,
-                    commit.run_id,
-                    commit.step,
-                    write.segments_text,
-                    _codec.dumps(write.conflicts) if write.conflicts else None,
-                    now,
-                ),
+            _insert_rows(
+                conn,
+                f"{p}deltas",
+                "kind, scope_id, version, session_id, run_id, step, segments, conflicts, "
+                "created_at",
+                [
+                    (
+                        key.kind,
+                        key.id,
+                        new_version,
+                        session.session_id,
+                        commit.run_id,
+                        commit.step,
+                        write.segments_text,
+                        _codec.dumps(write.conflicts) if write.conflicts else None,
+                        now,
+                    )
+                ],
             )
             text = write.snapshot_text
             if text is not None:
-                conn.execute(
-                    f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES (?,?,?,?)",
-                    (key.kind, key.id, new_version, text),
+                _insert_rows(
+                    conn,
+                    f"{p}snapshots",
+                    "kind, scope_id, version, state",
+                    [(key.kind, key.id, new_version, text)],
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
@@ -750,9 +849,10 @@ class SqliteDb(BaseDb):
             versions[key] = new_version
         first_seq = last_seq - n_events + 1
         if commit.events:
-            conn.executemany(
-                f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
-                f"VALUES (?,?,?,?,?,?)",
+            _insert_rows(
+                conn,
+                f"{p}events",
+                "session_id, seq, run_id, type, data, created_at",
                 [
                     (
                         session.session_id,
@@ -788,17 +888,8 @@ class SqliteDb(BaseDb):
                     now,
                 ),
             )
-        if commit.commit_id:
-            conn.execute(
-                f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
-                f"VALUES (?,?,?,?)",
-                (
-                    session.session_id,
-                    commit.commit_id,
-                    encode_commit_result(versions, last_seq, n_events),
-                    now,
-                ),
-            )
+        if commit.commit_id and commit.create_session:
+            self._insert_commit_id(conn, commit, versions, last_seq, now)
         return CommitResult(
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
         )

@@ -11,6 +11,9 @@ import re
 from collections.abc import Iterator
 
 from statewise.models.messages import Message, ModelResponse, TextDelta, ToolCallDelta, Usage
+from statewise.state.jsontext import JsonText
+
+_json = JsonText()  # `json.dumps` as it is, without building an encoder per call
 
 
 def estimate_tokens(text: str | None) -> int:
@@ -24,13 +27,13 @@ def estimate_usage(messages: list[Message], response: ModelResponse) -> Usage:
     """Usage of one request, estimated from the length of what went in and came out."""
     prompt = sum(estimate_tokens(m.content) for m in messages)
     prompt += sum(
-        estimate_tokens(json.dumps(c.arguments)) + estimate_tokens(c.name)
+        estimate_tokens(_json.dumps(c.arguments)) + estimate_tokens(c.name)
         for m in messages
         for c in m.tool_calls
     )
     output = estimate_tokens(response.content)
     output += sum(
-        estimate_tokens(json.dumps(c.arguments)) + estimate_tokens(c.name)
+        estimate_tokens(_json.dumps(c.arguments)) + estimate_tokens(c.name)
         for c in response.tool_calls
     )
     return Usage(input_tokens=prompt, output_tokens=output, requests=1)

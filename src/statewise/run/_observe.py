@@ -98,6 +98,11 @@ def debugging(key: Any) -> bool:
     return (node.debug if node is not None else False) or env_debug()
 
 
+_QUIET = Token(span=None, debug=False, keys=(), previous=())
+"""What every boundary inside a run that is neither traced nor logged gets: nothing is
+recorded for it, and finishing it does nothing."""
+
+
 def _start(
     name: str,
     parent: Any,
@@ -108,6 +113,17 @@ def _start(
     agent_name: str | None = None,
 ) -> Token:
     parent_node = _node(parent)
+    if (
+        parent_node is not None
+        and parent_node.span is None
+        and not parent_node.debug
+        and not debug
+        and agent_name is None
+    ):
+        # Inside a run that is neither traced nor logged (decided once, when it started)
+        # a step, tool call or commit has nothing to record, and a node of its own would
+        # tell its children exactly what the run's node tells them.
+        return _QUIET
     span = None
     provider = _trace.get_tracer_provider() if _trace is not None else None
     # No provider configured (the API's proxy): spans would record nothing, so none are

@@ -83,6 +83,8 @@ class Cipher:
 
 def registered_secrets(state: Mapping[str, Any]) -> frozenset[str]:
     """The secret key names recorded in a (merged) state's registry."""
+    if REGISTRY_KEY not in state:  # (no registry: the common case, asked at every commit)
+        return frozenset()
     names = state.get(REGISTRY_KEY)
     if not isinstance(names, list):
         return frozenset()

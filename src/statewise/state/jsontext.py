@@ -1,0 +1,71 @@
+"""JSON text, encoded with one reused C encoder per thread.
+
+`json.dumps` builds a new C encoder on every call, which costs as much as encoding the
+small records a run writes (events, ops, run records) and the small argument dicts an
+offline model measures. `JsonText` builds it once per thread and reuses it; the text is
+exactly what `json.dumps` with the same options gives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# The C encoder `json` itself uses (None on a Python built without it); not in typeshed.
+c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+
+
+class JsonText:
+    """`json.dumps(value, ensure_ascii=..., separators=..., allow_nan=...)`, faster."""
+
+    def __init__(
+        self,
+        *,
+        ensure_ascii: bool = True,
+        separators: tuple[str, str] = (", ", ": "),
+        allow_nan: bool = True,
+    ) -> None:
+        self._plain = json.JSONEncoder(
+            ensure_ascii=ensure_ascii, separators=separators, allow_nan=allow_nan
+        )
+        self._string = (
+            json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+        )
+        self._local = threading.local()
+
+    def _encoder(self) -> tuple[Callable[[Any, int], list[str]], dict[int, Any]]:
+        """This thread's encoder and the container ids it tracks to refuse cycles."""
+        found: tuple[Callable[[Any, int], list[str]], dict[int, Any]] | None = getattr(
+            self._local, "encoder", None
+        )
+        if found is None:
+            plain = self._plain
+            markers: dict[int, Any] = {}
+            encode = c_make_encoder(
+                markers,
+                plain.default,
+                self._string,
+                None,
+                plain.key_separator,
+                plain.item_separator,
+                False,
+                False,
+                plain.allow_nan,
+            )
+            found = self._local.encoder = (encode, markers)
+        return found
+
+    def dumps(self, value: Any) -> str:
+        if c_make_encoder is None or isinstance(value, str):
+            return self._plain.encode(value)
+        encode, markers = self._encoder()
+        try:
+            return "".join(encode(value, 0))
+        except BaseException:
+            markers.clear()  # a refused value leaves the ids of its containers behind
+            raise
+
+
+__all__ = ["JsonText"]

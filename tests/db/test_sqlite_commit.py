@@ -1,0 +1,169 @@
+"""SQLite's commit path: rows holding a large text (a big state write's delta, snapshot
+and event, a big tool result) go through statements of their own (`sqlite._insert_rows`)
+and must land exactly like small rows, in order, with nothing extra inserted; a commit id
+that landed before applies nothing again."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from statewise import Agent
+from statewise.db import SqliteDb
+from statewise.db.records import (
+    Commit,
+    DeltaSegment,
+    NewEvent,
+    ScopeKey,
+    ScopeWrite,
+    SessionRecord,
+)
+from statewise.db.sqlite import LARGE_VALUE
+from statewise.db.store import SessionSpec, StateStore
+from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+
+BIG = "x" * (LARGE_VALUE + 1)
+
+
+def add(session_state: dict[str, Any], item: str) -> str:
+    """Append one item."""
+    session_state["items"].append(item)
+    return "ok"
+
+
+def big_result() -> str:
+    """Answer with more text than LARGE_VALUE."""
+    return BIG
+
+
+def script(messages: list[Message], info: RequestInfo) -> ModelResponse:
+    if messages[-1].role == "tool":
+        return ModelResponse(content="done")
+    name = "big_result" if messages[-1].content == "big" else "add"
+    arguments = {} if name == "big_result" else {"item": messages[-1].content}
+    return ModelResponse(tool_calls=[ToolCall(name, arguments, "c")])
+
+
+def make_agent(db_file: Path) -> Agent:
+    return Agent(
+        model=FunctionModel(script),
+        tools=[add, big_result],
+        db=SqliteDb(db_file=db_file),
+        session_state={"items": []},
+    )
+
+
+def row_count(db_file: Path, table: str) -> int:
+    with sqlite3.connect(db_file) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM statewise_{table}").fetchone()[0])
+
+
+def test_a_large_state_write_between_small_runs_reads_back_whole(tmp_path: Path) -> None:
+    db_file = tmp_path / "s.db"
+    agent = make_agent(db_file)
+    agent.run("a", session_id="s")
+    big_items = [BIG, {"nested": BIG}]
+    agent.state.for_session("s").set("items", big_items)
+    agent.run("b", session_id="s")
+    agent.run("c", session_id="s")
+
+    expected = [*big_items, "b", "c"]
+    assert agent.get_session_state("s")["items"] == expected
+    fresh = make_agent(db_file)  # no cached tree: snapshot plus deltas from the file
+    assert fresh.get_session_state("s")["items"] == expected
+    db = SqliteDb(db_file=db_file)
+    deltas = db.read_deltas(ScopeKey("session", "s"))
+    assert [d.version for d in deltas] == list(range(1, len(deltas) + 1))
+    written = [op for d in deltas for op in d.ops if op.get("value") == big_items]
+    assert len(written) == 1
+    events = db.read_events("s")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert row_count(db_file, "events") == len(events)
+    assert row_count(db_file, "deltas") == len(deltas)
+    snapshot_version, snapshot = db.read_snapshot(ScopeKey("session", "s"), 10**6)
+    assert snapshot_version >= 2 and snapshot["items"][:2] == big_items
+
+
+def test_a_large_event_among_small_ones_keeps_its_place(tmp_path: Path) -> None:
+    db_file = tmp_path / "s.db"
+    agent = make_agent(db_file)
+    agent.run("a", session_id="s")
+    output = agent.run("big", session_id="s")
+    agent.run("b", session_id="s")
+
+    assert output.messages[2].content == BIG
+    events = SqliteDb(db_file=db_file).read_events("s")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    big_run = [e for e in events if e.run_id == output.run_id]
+    types = [e.type for e in big_run]
+    assert types == [
+        "run_started",
+        "user_input",
+        "model_response",
+        "tool_call",
+        "model_response",
+        "run_completed",
+    ]
+    assert big_run[3].data["result"] == BIG
+    assert big_run[4].data["request"]["new_messages"][-1]["content"].startswith("x")
+    assert row_count(db_file, "events") == len(events)
+    assert agent.get_session_state("s")["items"] == ["a", "b"]
+
+
+def test_a_commit_id_that_landed_applies_nothing_again(tmp_path: Path) -> None:
+    """SQLite inserts a commit's id before its changes (one statement where a lookup and
+    an insert were); an id that landed before makes the whole attempt roll back and
+    answers with the stored result, for a new session and an existing one alike."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    store = StateStore(db)
+    spec = SessionSpec(session_id="s")
+    with store.begin(spec) as txn:
+        txn.state["n"] = 1
+        created = txn.commit(events=[NewEvent(type="note")], commit_id="c-1")
+    with store.begin(spec) as txn:
+        txn.state["m"] = 1
+        second = txn.commit(events=[NewEvent(type="note")], commit_id="c-2")
+    events_before = db.read_events("s")
+    for commit_id, landed in (("c-1", created), ("c-2", second)):
+        with store.begin(spec) as txn:
+            txn.state["n"] = 99
+            again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+        assert again.replayed and not landed.replayed
+        assert again.versions == landed.versions and again.last_seq == landed.last_seq
+    assert store.read_state(spec) == ({"n": 1, "m": 1}, 2)
+    assert db.read_events("s") == events_before
+    record, _versions = db.probe("s", ())
+    assert record is not None and record.last_seq == second.last_seq
+
+
+def test_the_same_commit_sent_twice_lands_once(tmp_path: Path) -> None:
+    """A retry after a lost reply sends the very same commit: creating the session or
+    writing to it, the second delivery changes nothing and says so."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    key = ScopeKey("session", "t")
+    segment = DeltaSegment(source="api", ops=[{"op": "set", "path": ["n"], "value": 1}])
+    create = Commit(
+        session=SessionRecord(session_id="t"),
+        commit_id="first",
+        create_session=True,
+        writes=[ScopeWrite(key=key, base_version=0, segments=[segment])],
+        events=[NewEvent(type="note")],
+    )
+    update = Commit(
+        session=SessionRecord(session_id="t"),
+        commit_id="second",
+        writes=[ScopeWrite(key=key, base_version=1, segments=[segment])],
+        events=[NewEvent(type="note"), NewEvent(type="note")],
+    )
+    for commit in (create, update):
+        landed = db.commit(commit)
+        again = db.commit(commit)
+        assert not landed.replayed and again.replayed
+        assert (again.versions, again.first_seq, again.last_seq) == (
+            landed.versions,
+            landed.first_seq,
+            landed.last_seq,
+        )
+    assert [e.seq for e in db.read_events("t")] == [1, 2, 3]
+    assert [d.version for d in db.read_deltas(key)] == [1, 2]

@@ -77,8 +77,11 @@ def test_thirty_runs_survive_a_worker_killed_mid_step(
     assert outputs == [f"job{i} after step 4" for i in range(RUNS)]
     infos = [h.status() for h in handles]
     assert {i.status for i in infos} == {"completed"}
-    executors = {i.executor for i in infos}
-    assert "w1" not in executors or recovery == "restart"
+    # Taken over, the runs w1 was inside of finished on another worker. (Restarted, DBOS
+    # puts w1's runs back on the queue too, so any worker may have finished them.)
+    if recovery == "takeover":
+        recovered = {run_id for run_id, _ in cut_off}
+        assert all(i.executor != "w1" for i in infos if i.run_id in recovered)
 
     # The steps w1 was inside of ran again (at least once execution) ...
     side = lab.side_lines()
@@ -135,7 +138,7 @@ def test_concurrency_is_a_limit_on_each_worker_stored_with_the_queue(
     it is one per-worker limit for the whole queue, not a limit per process."""
     from dbos import DBOSClient, DBOSPortableJSONSerializer
 
-    lab.sleep = 0.4
+    lab.sleep = 0.6  # long enough that both workers are busy at once
     fleet.queue("solo", polling_interval=0.05)
     pids = lab.start_workers(["w1", "w2"], "--queue", "solo", "--concurrency", "1")
     _, timed, _, _ = app

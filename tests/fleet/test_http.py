@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fleet.conftest import FleetLab
+from tests.fleet.conftest import APP, FleetLab
 from tests.server.conftest import LiveServer, start_server, stop_server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -147,12 +147,54 @@ def test_the_api_lists_fleet_runs_with_status_and_executor_scoped_by_key(
         "$ref": "#/components/schemas/FleetRunPage"
     }
 
+    _through_a_generated_client(live, run_ids, lab.tmp)
+
     # Released, the held agent run completes, and the listing says so.
     _hold(lab).unlink()
     _until(
         "the agent run to complete",
         lambda: get(f"/v1/fleet/runs/{run_ids['running']}").json()["status"] == "completed",
     )
+
+
+def _through_a_generated_client(live: LiveServer, run_ids: dict[str, str], tmp: Path) -> None:
+    """A client generated from the live schema reads the fleet routes into their declared
+    types, errors included (any undeclared status raises)."""
+    import importlib
+    import sys
+    from datetime import datetime
+
+    from tests.server.test_generated_client import PACKAGE, generate_client
+
+    with live.client(ADMIN) as c:
+        schema = c.get("/openapi.json").json()
+    sys.modules.pop(PACKAGE, None)
+    where = tmp / "generated"
+    where.mkdir()
+    client, _ = generate_client(schema, where)
+    try:
+        ops = importlib.import_module(f"{PACKAGE}.api.fleet")
+        list_runs = importlib.import_module(f"{ops.__name__}.list_fleet_runs")
+        get_run = importlib.import_module(f"{ops.__name__}.get_fleet_run")
+        models = importlib.import_module(f"{PACKAGE}.models")
+        with client.AuthenticatedClient(
+            base_url=live.url, token=ADMIN, raise_on_unexpected_status=True, timeout=30
+        ) as c:
+            page = list_runs.sync_detailed(client=c).parsed
+            assert isinstance(page, models.FleetRunPage)
+            by_id = {run.run_id: run for run in page.runs}
+            failed = by_id[run_ids["failed"]]
+            assert isinstance(failed, models.FleetRun)
+            assert str(failed.status.value) == "failed" and failed.executor == "w1"
+            assert isinstance(failed.created_at, datetime)
+            one = get_run.sync_detailed(client=c, run_id=run_ids["queued"]).parsed
+            assert isinstance(one, models.FleetRun) and one.queue == "idle"
+            missing = get_run.sync_detailed(client=c, run_id="no-such-run")
+            assert missing.status_code == 404
+            assert isinstance(missing.parsed, models.Problem)
+    finally:
+        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
+            sys.modules.pop(name, None)
 
 
 def test_a_server_without_a_fleet_has_no_fleet_routes() -> None:
@@ -209,6 +251,19 @@ def test_the_page_shows_fleet_runs_with_status_and_executor(
             page.get_by_test_id("fleet-status").select_option("failed")
             expect(rows.locator("tr")).to_have_count(1)
             assert not errors, errors
+
+            # Without a key the panel waits; ann's key, typed in, shows ann's runs only.
+            fresh = browser.new_page(viewport={"width": 1440, "height": 900})
+            fresh.goto(f"{live.url}/")
+            expect(fresh.get_by_test_id("key-form")).to_be_visible()
+            expect(fresh.get_by_test_id("fleet-panel")).to_be_hidden()
+            fresh.locator("#key-input").fill(ANN)
+            fresh.locator("#key-form button").click()
+            ann_rows = fresh.get_by_test_id("fleet-runs").locator("tr")
+            expect(ann_rows).to_have_count(3)
+            expect(
+                fresh.get_by_test_id("fleet-runs").locator(f'tr[data-run-id="{run_ids["failed"]}"]')
+            ).to_have_count(0)
         finally:
             browser.close()
 
@@ -236,3 +291,39 @@ def test_the_page_hides_the_fleet_panel_without_a_fleet(tmp_path: Path) -> None:
             browser.close()
     finally:
         stop_server(live)
+
+
+@pytest.mark.timeout(120)
+def test_statewise_serve_with_fleet_db_lists_the_runs(lab: FleetLab, fleet: Any, app: Any) -> None:
+    """`statewise serve app.py --fleet-db URL` in a real process answers /v1/fleet/runs."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    five, _, _, _ = app
+    handle = fleet.enqueue(five, "later", session_id="srv-1", queue="idle")
+    out = lab.tmp / "serve.log"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "statewise", "serve", str(APP)),
+                *("--port", "0", "--fleet-db", lab.url),
+            ],
+            env=lab.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = _until(
+            "the server's address",
+            lambda: (m := re.search(r"http://127\.0\.0\.1:\d+", out.read_text())) and m.group(0),
+        )
+        assert "fleet runs  GET /v1/fleet/runs" in out.read_text()
+        rows = httpx.get(f"{url}/v1/fleet/runs", timeout=30).json()["runs"]
+        assert [(r["run_id"], r["status"], r["queue"]) for r in rows] == [
+            (handle.run_id, "queued", "idle")
+        ]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)

@@ -2,8 +2,9 @@
 
 One worker per process (DBOS is a per-process singleton). Give every worker its own
 `executor_id`: DBOS records which executor runs what, so a worker restarted with the same
-id resumes its unfinished runs, and another worker can take over a dead one's runs
-(`recover`).
+id puts its unfinished runs back on their queues (where it, or any worker of the queue,
+takes them and goes on after their completed steps), and another worker can take over a
+dead one's runs (`recover`).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class Worker:
         return f"Worker(executor_id={self.executor_id!r}, targets={sorted(self.targets)!r})"
 
     def start(self) -> None:
-        """Launch DBOS in this process: it recovers this executor's unfinished runs, then
-        dequeues new ones."""
+        """Launch DBOS in this process: it puts this executor's unfinished runs back on
+        their queues, then dequeues runs."""
         global _active
         if _active is not None:
             raise ConfigurationError("one fleet worker per process")

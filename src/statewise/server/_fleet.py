@@ -54,7 +54,7 @@ class FleetRunPage(BaseModel):
     next_offset: int | None = Field(description="Pass as offset for the next page")
 
 
-def get_fleet(request: Request) -> Fleet:
+async def get_fleet(request: Request) -> Fleet:  # no I/O: no thread-pool hop (see _deps)
     fleet: Fleet = request.app.state.statewise_fleet
     return fleet
 

@@ -43,14 +43,16 @@ function fleetRow(run) {
   return tr;
 }
 
+// true: keep following the runs; false: stop (no fleet here, or a key is needed first).
 async function refreshFleet() {
   const status = fleetUi.status.value;
   let page;
   try {
     page = await api(`/v1/fleet/runs?limit=100${status ? `&status=${status}` : ""}`);
   } catch (err) {
-    if (err.status === 404) return false; // this server has no fleet
-    return true; // a key is needed, or the database is away: try again later
+    // 404: this server has no fleet. 401: wait for the key form (app.js shows it).
+    // Anything else (the database is away): try again later.
+    return err.status !== 404 && err.status !== 401;
   }
   fleetUi.panel.classList.remove("hidden");
   fleetUi.count.textContent = `${page.runs.length}${page.next_offset != null ? "+" : ""}`;
@@ -58,9 +60,14 @@ async function refreshFleet() {
   return true;
 }
 
+let fleetTimer = null;
+
 async function fleetLoop() {
-  if (await refreshFleet()) setTimeout(fleetLoop, FLEET_REFRESH_MS);
+  clearTimeout(fleetTimer);
+  if (await refreshFleet()) fleetTimer = setTimeout(fleetLoop, FLEET_REFRESH_MS);
 }
 
-fleetUi.status.addEventListener("change", () => { refreshFleet(); });
+fleetUi.status.addEventListener("change", () => { fleetLoop(); });
+// A key entered in the header's form: follow the runs with it.
+document.getElementById("key-form").addEventListener("submit", () => { setTimeout(fleetLoop, 200); });
 fleetLoop();

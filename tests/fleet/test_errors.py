@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,38 @@ def test_runs_show_of_an_unknown_run_is_one_line(fleet_db: str) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["Error: no fleet run 'nope'"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_fleet_database_is_one_clear_error_with_the_password_masked() -> None:
+    from statewise.exceptions import DatabaseUnavailableError
+    from statewise.fleet import Fleet
+
+    url = f"postgresql://postgres:hunter2@127.0.0.1:{_closed_port()}/test"
+    with pytest.raises(
+        DatabaseUnavailableError, match="cannot reach the fleet's PostgreSQL"
+    ) as info:
+        Fleet(url)
+    assert "hunter2" not in str(info.value) and "postgres:***@127.0.0.1" in str(info.value)
+
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "shopping_list.py")
+    enqueue = ["enqueue", example, "hi", "--session", "s", "--db", url]
+    for args in (["runs", "list", "--db", url], enqueue):
+        done = subprocess.run(
+            [sys.executable, "-m", "statewise", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=subprocess_env(),
+        )
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
+        assert last.startswith("Error: cannot reach the fleet's PostgreSQL"), done.stderr

@@ -120,3 +120,45 @@ def test_a_finished_run_executed_again_replays_every_point(
     assert sum(asked.values()) == 4 and sum(called.values()) == 3
     assert agent.get_session_state("s2") == {"marks": ["a", "b", "c"]}
     assert len(agent.db.read_events("s2", types=["run_completed"])) == 1
+
+
+def test_a_team_members_commits_inside_a_point_apply_once_when_it_runs_again(
+    tmp_path: Path,
+) -> None:
+    from statewise import Team
+
+    def leader(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        if messages[-1].role == "tool":
+            return ModelResponse(content="team done")
+        task = {"member_name": "writer", "task": "write x"}
+        return ModelResponse(tool_calls=[ToolCall("delegate_task_to_member", task, "d1")])
+
+    def writer_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        if messages[-1].role == "tool":
+            return ModelResponse(content="wrote it")
+        return ModelResponse(tool_calls=[ToolCall("note", {"text": "x"}, "n1")])
+
+    def note(text: str, session_state: dict[str, Any]) -> str:
+        """Write a note.
+
+        Args:
+            text: The note.
+        """
+        session_state.setdefault("notes", []).append(text)
+        return "noted"
+
+    db = SqliteDb(db_file=str(tmp_path / "team.db"))
+    writer = Agent(name="writer", model=FunctionModel(writer_model), tools=[note], db=db)
+    team = Team([writer], name="crew", model=FunctionModel(leader), db=db)
+    engine = Engine()
+    engine.lose = 1  # the leader's step (with the member's commits inside) lands, then a crash
+    with pytest.raises(Crash):
+        team.run_durably("go", run_id="team-run", session_id="t1", points=engine)
+    assert team.get_session_state("t1") == {"notes": ["x"]}
+
+    output = team.run_durably("go", run_id="team-run", session_id="t1", points=engine)
+    assert output.content == "team done"
+    # The member ran again inside the re-executed step; its commits found their ids.
+    assert team.get_session_state("t1") == {"notes": ["x"]}
+    notes = [e for e in db.read_events("t1", types=["tool_call"]) if e.data["name"] == "note"]
+    assert len(notes) == 1

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
-from statewise.exceptions import ConfigurationError, MissingDependencyError
+from statewise.db.url import mask_password
+from statewise.exceptions import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    MissingDependencyError,
+)
 
 
 def require_dbos() -> ModuleType:
@@ -22,3 +29,29 @@ def check_url(url: str) -> str:
             f"a fleet needs a PostgreSQL URL (postgresql://user@host:port/database), got {url!r}"
         )
     return url
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """Connection failures from DBOS's drivers (SQLAlchemy over psycopg) as one
+    `DatabaseUnavailableError` naming the server, not a driver traceback."""
+    try:
+        yield
+    except Exception as exc:
+        import psycopg
+        import sqlalchemy.exc
+
+        if not isinstance(
+            exc,
+            (
+                sqlalchemy.exc.OperationalError,
+                sqlalchemy.exc.InterfaceError,
+                psycopg.OperationalError,
+            ),
+        ):
+            raise
+        cause = getattr(exc, "orig", None) or exc
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise DatabaseUnavailableError(
+            f"cannot reach the fleet's PostgreSQL at {mask_password(url)}: {reason}"
+        ) from None

@@ -17,7 +17,7 @@ from typing import Any
 from statewise.agent.session_owner import SessionOwner, default_enqueuer, set_default_enqueuer
 from statewise.db.base import validate_id
 from statewise.exceptions import ConfigurationError, RunError, RunNotFoundError
-from statewise.fleet._dbos import check_url, require_dbos
+from statewise.fleet._dbos import check_url, reaching, require_dbos
 from statewise.fleet._names import (
     DEFAULT_APP_NAME,
     DEFAULT_APP_VERSION,
@@ -111,13 +111,14 @@ class Fleet:
         self.app_version = app_version
         self.schema = schema
         dbos = require_dbos()
-        dbos.DBOS.migrate(url, schema=schema)  # creates DBOS's tables once; cheap after
-        self._client = dbos.DBOSClient(
-            system_database_url=url,
-            dbos_system_schema=schema,
-            application_name=app_name,
-            serializer=dbos.DBOSPortableJSONSerializer(),
-        )
+        with reaching(url):
+            dbos.DBOS.migrate(url, schema=schema)  # creates DBOS's tables once; cheap after
+            self._client = dbos.DBOSClient(
+                system_database_url=url,
+                dbos_system_schema=schema,
+                application_name=app_name,
+                serializer=dbos.DBOSPortableJSONSerializer(),
+            )
 
     def __repr__(self) -> str:
         return f"Fleet(app_name={self.app_name!r}, schema={self.schema!r})"

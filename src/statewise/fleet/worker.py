@@ -18,7 +18,7 @@ from typing import Any
 
 from statewise.agent.session_owner import SessionOwner
 from statewise.exceptions import ConfigurationError
-from statewise.fleet._dbos import check_url, require_dbos
+from statewise.fleet._dbos import check_url, reaching, require_dbos
 from statewise.fleet._names import (
     DEFAULT_APP_NAME,
     DEFAULT_APP_VERSION,
@@ -91,12 +91,13 @@ class Worker:
         dbos = require_dbos()
         from statewise.fleet import _runs  # registers the DBOS workflow
 
-        self._client = dbos.DBOSClient(
-            system_database_url=self.url,
-            dbos_system_schema=self.schema,
-            application_name=self.app_name,
-            serializer=dbos.DBOSPortableJSONSerializer(),
-        )
+        with reaching(self.url):
+            self._client = dbos.DBOSClient(
+                system_database_url=self.url,
+                dbos_system_schema=self.schema,
+                application_name=self.app_name,
+                serializer=dbos.DBOSPortableJSONSerializer(),
+            )
         _runs.serve_targets(self.targets, self._client)
         config: dict[str, Any] = {
             "name": self.app_name,
@@ -111,7 +112,8 @@ class Worker:
         dbos.DBOS.listen_queues(self.queues)
         _active = self
         try:
-            dbos.DBOS.launch()
+            with reaching(self.url):
+                dbos.DBOS.launch()
             for name in self.queues:
                 queue = dbos.DBOS.retrieve_queue(name)
                 if queue is None:

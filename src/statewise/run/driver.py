@@ -32,7 +32,7 @@ from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
+from statewise.run.scope import SCOPE_KEY, RunScope
 from statewise.state.jsonvalue import text_problem, to_json_value
 from statewise.state.reserved import check_writable
 from statewise.state.tracked import TrackedDict
@@ -126,6 +126,8 @@ async def drive_run(
         _txn=txn,
     )
     scope = RunScope(txn=txn, run_id=run_id, durable=points is not None)
+    if points is not None:
+        ctx.metadata[SCOPE_KEY] = scope  # team members commit under the run's commit ids
     metrics = RunMetrics()
     ctx.metadata[METRICS_KEY] = metrics  # nested runs (team members) count in this run
     record = RunRecord(

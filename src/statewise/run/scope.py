@@ -13,6 +13,11 @@ from statewise.run import _observe
 from statewise.run.checkpoints import point_commit_id
 from statewise.run.events import StateChanged
 
+SCOPE_KEY = "statewise.scope"
+"""Where a host leaves its scope in the run context's metadata, so the members of a team
+run inside it commit through it: a workflow step (which defers commits), and a durable
+run (whose commits carry ids derived from its commit points)."""
+
 
 @dataclass(kw_only=True, eq=False)
 class RunScope:

@@ -23,12 +23,8 @@ from statewise.models.base import Model
 from statewise.run.context import RunContext
 from statewise.run.driver import run_nested
 from statewise.run.loop import EVENT_SINK, StepsResult
-from statewise.run.scope import RunScope
+from statewise.run.scope import SCOPE_KEY, RunScope
 from statewise.tools.function import Function
-
-SCOPE_KEY = "statewise.scope"
-"""Where a host that defers commits (a workflow step) leaves its scope in the run
-context's metadata, so members run inside a team inside a workflow commit through it."""
 
 TeamMode = Literal["coordinate", "route"]
 

@@ -98,6 +98,15 @@ class Worker:
                 application_name=self.app_name,
                 serializer=dbos.DBOSPortableJSONSerializer(),
             )
+        try:
+            # Before launch: a queue thread reloads its queue's row only between polls, so
+            # a limit written after launch would not bind the first poll.
+            with reaching(self.url):
+                missing = self._set_worker_limits()
+        except BaseException:
+            self._client.destroy()
+            self._client = None
+            raise
         _runs.serve_targets(self.targets, self._client)
         config: dict[str, Any] = {
             "name": self.app_name,
@@ -114,22 +123,11 @@ class Worker:
         try:
             with reaching(self.url):
                 dbos.DBOS.launch()
-            for name in self.queues:
-                queue = dbos.DBOS.retrieve_queue(name)
-                if queue is None:
+            for name in missing:
+                if dbos.DBOS.retrieve_queue(name) is None:
                     dbos.DBOS.register_queue(
                         name, worker_concurrency=self.concurrency, polling_interval_sec=0.2
                     )
-                elif self.concurrency is not None:
-                    before = queue.worker_concurrency
-                    if before != self.concurrency:
-                        queue.set_worker_concurrency(self.concurrency)
-                        log.info(
-                            "queue %s: per-worker limit %s -> %d (for every worker of it)",
-                            name,
-                            before,
-                            self.concurrency,
-                        )
         except BaseException:
             _active = None
             dbos.DBOS.destroy()
@@ -143,6 +141,25 @@ class Worker:
             ", ".join(sorted(self.targets)),
             ", ".join(self.queues),
         )
+
+    def _set_worker_limits(self) -> list[str]:
+        """Write `concurrency` into each existing queue's row (DBOS keeps one per-worker
+        limit per queue); the names of the queues that do not exist yet."""
+        missing = []
+        for name in self.queues:
+            queue = self._client.retrieve_queue(name)
+            if queue is None:
+                missing.append(name)
+            elif self.concurrency is not None and queue.worker_concurrency != self.concurrency:
+                before = queue.worker_concurrency
+                queue.set_worker_concurrency(self.concurrency)
+                log.info(
+                    "queue %s: per-worker limit %s -> %d (for every worker of it)",
+                    name,
+                    before,
+                    self.concurrency,
+                )
+        return missing
 
     def recover(self, executor_ids: Sequence[str]) -> int:
         """Take over the unfinished runs of executors that are gone (never of a live one:

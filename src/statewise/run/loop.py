@@ -217,18 +217,15 @@ async def run_steps(
                     Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
                 )
                 events.append(
-                    NewEvent(
-                        type="tool_call",
-                        run_id=ctx.run_id,
-                        data={
-                            "agent": rt.name,
-                            "step": step,
-                            "tool_call_id": call.id,
-                            "name": call.name,
-                            "arguments": call.arguments,
-                            "result": text,
-                            "is_error": is_error,
-                        },
+                    tool_call_event(
+                        ctx.run_id,
+                        rt.name,
+                        step,
+                        call.id,
+                        call.name,
+                        call.arguments,
+                        text,
+                        is_error,
                     )
                 )
                 yield ToolCallCompleted(
@@ -416,6 +413,30 @@ _NO_PAUSE = (
     "Error: tool {name!r} needs a person's approval, which cannot be asked for here "
     "(inside a team member or a workflow step)."
 )
+
+
+def tool_call_event(
+    run_id: str | None,
+    agent: str | None,
+    step: int,
+    tool_call_id: str | None,
+    name: str,
+    arguments: Any,
+    result: str,
+    is_error: bool,
+    **extra: Any,
+) -> NewEvent:
+    """The `tool_call` record of one answered call (history, the web page, AG-UI)."""
+    data = {
+        "agent": agent,
+        "step": step,
+        "tool_call_id": tool_call_id,
+        "name": name,
+        "arguments": arguments,
+        "result": result,
+        "is_error": is_error,
+    }
+    return NewEvent(type="tool_call", run_id=run_id, data={**data, **extra})
 
 
 async def call_tool(

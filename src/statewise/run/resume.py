@@ -36,7 +36,7 @@ from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.driver import end_run, history_messages
 from statewise.run.events import RunEvent, RunStarted, ToolCallCompleted
-from statewise.run.loop import StepsResult, call_tool, run_steps
+from statewise.run.loop import StepsResult, call_tool, run_steps, tool_call_event
 from statewise.run.output import METRICS_KEY, RunMetrics
 from statewise.run.pause import (
     CONTINUED_EVENT,
@@ -361,19 +361,16 @@ async def _continue_claimed(
             )
             if recorded is None:
                 events.append(
-                    NewEvent(
-                        type="tool_call",
-                        run_id=record.run_id,
-                        data={
-                            "agent": rt.name,
-                            "step": paused.step,
-                            "tool_call_id": call.tool_call_id,
-                            "name": call.tool_name,
-                            "arguments": arguments,
-                            "result": text,
-                            "is_error": is_error,
-                            "approval": answer.to_dict(),
-                        },
+                    tool_call_event(
+                        record.run_id,
+                        rt.name,
+                        paused.step,
+                        call.tool_call_id,
+                        call.tool_name,
+                        arguments,
+                        text,
+                        is_error,
+                        approval=answer.to_dict(),
                     )
                 )
             yield ToolCallCompleted(

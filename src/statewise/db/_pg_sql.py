@@ -277,15 +277,8 @@ def probe_tails_query(s: str) -> str:
     array of [ordinal, version, session_id, run_id, step, segments, conflicts, created_at]:
     one statement, so the versions and the deltas come from one snapshot."""
     return f"""
-        SELECT se.session_id, se.user_id, se.app_name, se.kind, se.created_at, se.updated_at,
-               se.last_seq, se.metadata, v.versions, t.tails
-        FROM (SELECT 1) AS one
-        LEFT JOIN {s}.sessions se ON se.session_id = %s
-        CROSS JOIN LATERAL (
-            SELECT array_agg(coalesce(sc.version, 0) ORDER BY k.ord) AS versions
-            FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS k(kind, scope_id, ord)
-            LEFT JOIN {s}.scopes sc ON sc.kind = k.kind AND sc.scope_id = k.scope_id
-        ) AS v
+        SELECT p.*, t.tails
+        FROM ({probe_query(s)}) AS p
         CROSS JOIN LATERAL (
             SELECT coalesce(json_agg(json_build_array(k.ord, dl.version, dl.session_id,
                        dl.run_id, dl.step, dl.segments, dl.conflicts, dl.created_at)

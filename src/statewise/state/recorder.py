@@ -74,8 +74,9 @@ class Recorder:
     def undoer(self) -> Callable[[], None]:
         """A function that undoes every change made since the last drain. Take it before
         the next `drain` and call it while the tree has not changed since: a commit that
-        lost a race takes the tree back to the state its ops were made on."""
-        entries = list(self._undo)
+        lost a race takes the tree back to the state its ops were made on. It holds the
+        undo list itself, which `drain` hands over rather than clears: no copy per commit."""
+        entries = self._undo
 
         def undo() -> None:
             for _has_op, fn, args in reversed(entries):
@@ -87,5 +88,5 @@ class Recorder:
         """Return the ops since the last drain and forget their undo info (a commit)."""
         ops, self.ops = self.ops, []
         self._drained += len(self._undo)
-        self._undo.clear()
+        self._undo = []
         return ops

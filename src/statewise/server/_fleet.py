@@ -9,14 +9,14 @@ look absent. Reading runs goes to DBOS's tables in PostgreSQL, never to a worker
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from statewise.db.base import validate_id
 from statewise.exceptions import RunNotFoundError
-from statewise.fleet import Fleet, RunInfo
+from statewise.fleet import Fleet, RunStatus
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal
 from statewise.server._errors import Problem
@@ -24,14 +24,12 @@ from statewise.server._schema import AUTH, DB, ok, problems
 
 MAX_PAGE = 200
 
-Status = Literal["queued", "running", "completed", "failed", "cancelled"]
-
 
 class FleetRun(BaseModel):
     """A run on a fleet's queue, as DBOS records it."""
 
     run_id: str
-    status: Status
+    status: RunStatus
     target: str | None = Field(description="The agent, team or workflow it runs (its name)")
     session_id: str | None
     user_id: str | None
@@ -75,14 +73,14 @@ Who = Annotated[Principal, Depends(get_principal)]
 def list_fleet_runs(
     fleet: FleetDep,
     principal: Who,
-    status: Annotated[Status | None, Query(description="Only runs in this status")] = None,
+    status: Annotated[RunStatus | None, Query(description="Only runs in this status")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> dict[str, Any]:
     user_id = None if principal.admin else principal.user_id
     infos = fleet.runs(status=status, user_id=user_id, limit=limit + 1, offset=offset)
     return {
-        "runs": [_json(i) for i in infos[:limit]],
+        "runs": [i.to_dict() for i in infos[:limit]],
         "limit": limit,
         "offset": offset,
         "next_offset": offset + limit if len(infos) > limit else None,
@@ -107,8 +105,4 @@ def get_fleet_run(
         info = None
     if info is None or not (principal.admin or info.user_id == principal.user_id):
         raise Problem(404, f"no fleet run {run_id!r}", title="Run not found")
-    return _json(info)
-
-
-def _json(info: RunInfo) -> dict[str, Any]:
     return info.to_dict()

@@ -2,6 +2,7 @@
 
     python bench/bench_backends.py            # 3 s per cell
     python bench/bench_backends.py --quick    # 1 s per cell
+    python bench/bench_backends.py --only PostgreSQL --shared   # one backend, shared cells
 
 Runs per second of one-tool-call runs (the tool appends one item), with 1, 4 and 16
 concurrent worker *processes* (started once, reused for every cell), each worker on its
@@ -83,6 +84,13 @@ def _reachable(url: str) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 s per cell instead of 3")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=["SQLite", "PostgreSQL", "Redis"],
+        help="measure this backend only (repeatable)",
+    )
+    parser.add_argument("--shared", action="store_true", help="the shared-session cells only")
     args = parser.parse_args()
     duration = 1.0 if args.quick else 3.0
     tag = f"swbench_{uuid.uuid4().hex[:8]}"
@@ -91,6 +99,7 @@ def main() -> None:
         "PostgreSQL": f"{POSTGRES_URL}?schema={tag}",
         "Redis": f"{REDIS_URL}?prefix={tag}",
     }
+    backends = {k: v for k, v in backends.items() if not args.only or k in args.only}
     skipped = {name: _reachable(url) for name, url in backends.items()}
     ctx = mp.get_context("spawn")
     tasks: Queue[Any] = ctx.Queue()
@@ -118,7 +127,7 @@ def main() -> None:
                     tasks.put((url, f"warmup-{i}", time.time(), 0.05))
                 for _ in workers:
                     results.get()
-        for layout in ("distinct", "shared"):
+        for layout in ("shared",) if args.shared else ("distinct", "shared"):
             for n in WORKER_COUNTS:
                 row = [layout, str(n)]
                 for name, url in backends.items():
@@ -174,12 +183,12 @@ def _items(url: str, session_id: str) -> int:
 
 
 def _cleanup(tag: str, skipped: dict[str, str | None]) -> None:
-    if not skipped["PostgreSQL"]:
+    if skipped.get("PostgreSQL", "") is None:
         import psycopg
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')
-    if not skipped["Redis"]:
+    if skipped.get("Redis", "") is None:
         import redis
 
         client = redis.Redis.from_url(REDIS_URL)

@@ -158,6 +158,55 @@ def test_postgres_commit_dropped_while_blocked_behind_another_writer_lands_once(
         proxy.close()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("fault", ["before_request", "after_request", "after_reply"])
+@pytest.mark.parametrize("stage", ["lock", "commit"])
+def test_postgres_commit_after_a_lost_race_through_a_dropped_connection_lands_exactly_once(
+    pg: tuple[str, str], fault: Fault, stage: str
+) -> None:
+    """A commit that lost a race commits again under the session's lock (`commit_rebased`):
+    its connection dropped while it takes the lock, or with the rebased commit in flight,
+    still lands exactly once, after the writer it lost to."""
+    url, schema = pg
+    direct = _pg(url, schema)
+    proxy = TcpProxy(url)
+    faulty = _pg(proxy.url, schema)
+    other = _pg(url, schema)
+    locked = faulty.commit_rebased
+
+    def arm_then_commit(*args: Any) -> Any:
+        # The first attempt lost; the fault waits for this one's lock or its commit.
+        proxy.arm(fault, None, b"FOR UPDATE" if stage == "lock" else marker[0])
+        return locked(*args)
+
+    faulty.commit_rebased = arm_then_commit  # type: ignore[method-assign,assignment]
+    marker = [b""]
+    try:
+        _append(direct, "start")
+        outcomes = []
+        store = StateStore(faulty)
+        for i in range(4):
+            marker[0] = f"x{i}".encode()
+            ws = store.checkout(SPEC)
+            try:
+                ws.root.setdefault("items", []).append(f"x{i}")
+                _append(other, f"other{i}")  # lands first: the commit below loses once
+                store.commit(ws, source=f"item:x{i}")
+                ok = True
+            except Exception:
+                ok = False
+            finally:
+                store.release(ws, keep=False)
+            outcomes.append((ok, _items(direct).count(f"x{i}")))
+        assert proxy.fired == 4
+        _check(outcomes, f"PostgreSQL, rebased commit, drop {fault} at the {stage}")
+        assert all(_items(direct).count(f"other{i}") == 1 for i in range(4))
+    finally:
+        for db in (faulty, direct, other):
+            db.close()
+        proxy.close()
+
+
 def _wait_blocked(url: str, schema: str) -> None:
     import psycopg
 

@@ -187,3 +187,61 @@ def test_async_primitives_and_url_resolution(pg_url: str, schema: str) -> None:
         record, versions = asyncio.run(db.aprobe("s1", [ScopeKey("session", "s1")]))
         assert record is not None and versions == {ScopeKey("session", "s1"): 1}
         assert isinstance(record, SessionRecord)
+
+
+def test_writers_of_one_session_lose_a_race_at_most_once(pg_url: str, schema: str) -> None:
+    """Eight writers append to one session at once. A commit that loses the race takes the
+    session's lock to rebase and commit again (`commit_rebased`), so the others queue
+    behind it instead of beating it again: no second loss, no sleep, nothing lost."""
+    from statewise.db.store import SessionSpec, StateStore
+    from statewise.exceptions import VersionConflict
+
+    spec = SessionSpec(session_id="hot", user_id="u1")
+    dbs = [_db(pg_url, schema, pool_size=2) for _ in range(8)]
+    try:
+        with StateStore(dbs[0]).begin(spec) as txn:
+            txn.state["items"] = []
+            txn.commit(source="start")
+        rebased: list[int] = []
+        lost_again: list[BaseException] = []
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(len(dbs))
+
+        def writer(w: int) -> None:
+            db = dbs[w]
+            locked = db.commit_rebased
+
+            def counted(*args):  # type: ignore[no-untyped-def]
+                rebased.append(w)
+                try:
+                    return locked(*args)
+                except VersionConflict as exc:
+                    lost_again.append(exc)
+                    raise
+
+            db.commit_rebased = counted
+            store = StateStore(db)
+            try:
+                for i in range(10):
+                    with store.begin(spec) as txn:
+                        txn.state["items"].append(f"{w}-{i}")
+                        if i == 0:
+                            barrier.wait()  # every writer holds a stale tree now
+                        txn.commit(source=f"w{w}")
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(len(dbs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        with StateStore(dbs[0]).begin(spec) as txn:
+            items = list(txn.state["items"])
+        assert sorted(items) == sorted(f"{w}-{i}" for w in range(8) for i in range(10))
+        assert len(rebased) >= 7  # the first round alone: all but one writer lost
+        assert lost_again == []
+    finally:
+        for db in dbs:
+            db.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -11,6 +11,7 @@ from psycopg import errors as pg_errors
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
+from statewise.db.base import BaseDb, ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -110,18 +111,85 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                         committed_at=now,
                     )
                 continue
-        assert row is not None
-        reply = str(row[0])
-        if reply.startswith("R"):
-            return decode_commit_result(commit, reply[1:], now)
-        last_seq = int(reply[1:].split("|", 1)[0])
-        return CommitResult(
-            versions=versions,
-            first_seq=last_seq - n_events + 1,
-            last_seq=last_seq,
-            committed_at=now,
-        )
+        return _result(commit, row, now)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_locked_commit(
+    db: PostgresDb,
+    session_id: str,
+    bases: Mapping[ScopeKey, int],
+    build: Callable[[ProbedTails], Commit],
+) -> CommitResult:
+    """Lock the session's row (`FOR UPDATE`), read the deltas that landed since `bases`,
+    commit what `build` makes of them, all in one transaction.
+
+    Every commit of a session updates its row, so the other writers of the session queue
+    on that lock (waiting in the server, using no CPU) instead of racing, and the
+    compare-and-swap here cannot lose to them. It can still lose to a writer of a shared
+    `user:`/`app:` scope from another session, or to one creating the session (no row to
+    lock yet): then VersionConflict, nothing written. Rows are locked in the order
+    `statewise_commit` locks them (the session's row first), so no cycle of waits forms.
+
+    `build` rebases the caller's tree; it runs once at most. With a pool of one
+    connection this is the unlocked default: a rebase that has to reload a scope reads on
+    a second connection.
+    """
+    if db.pool_size < 2:
+        return BaseDb.commit_rebased(db, session_id, bases, build)
+    s = db._s
+    for attempt in (1, 2):
+        commit: Commit | None = None
+        building = False
+        with db._connection() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
+                        (session_id,),
+                    )
+                    probed = db._probe_tails_on(conn, session_id, bases)
+                    building = True
+                    commit = build(probed)
+                    now = time.time()
+                    sql, params = commit_params(s, commit, now)
+                    row = conn.execute(sql, params).fetchone()
+            except psycopg.Error as exc:
+                if exc.sqlstate == Q.CONFLICT_SQLSTATE:
+                    raise _conflict(exc) from exc
+                if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+                    raise VersionConflict(f"session {session_id!r} ({exc.sqlstate})", 0) from exc
+                if commit is not None and (conn.broken or conn.closed):
+                    # The connection died with the commit sent (or its COMMIT): it landed
+                    # whole or not at all, and its commit id tells which when sent again.
+                    return run_commit(db, commit)
+                if building or attempt == 2 or not (conn.broken or conn.closed):
+                    if isinstance(exc, psycopg.OperationalError):
+                        raise db._unavailable(exc) from exc
+                    raise StorageError(
+                        f"PostgreSQL commit of session {session_id!r} failed: {exc}"
+                    ) from exc
+                continue  # it died before anything was built: once more, on a fresh one
+        assert commit is not None
+        return _result(commit, row, now)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _result(commit: Commit, row: tuple[Any, ...] | None, now: float) -> CommitResult:
+    """What `statewise_commit` answered: `N<last_seq>|...` applied now, `R<result>` the
+    commit id had landed before."""
+    assert row is not None
+    reply = str(row[0])
+    if reply.startswith("R"):
+        return decode_commit_result(commit, reply[1:], now)
+    last_seq = int(reply[1:].split("|", 1)[0])
+    n_events = len(commit.events)
+    return CommitResult(
+        versions={w.key: w.base_version + 1 for w in commit.writes},
+        first_seq=last_seq - n_events + 1,
+        last_seq=last_seq,
+        committed_at=now,
+    )
 
 
 def _landed(db: PostgresDb, commit: Commit, now: float) -> int | None:

@@ -31,6 +31,10 @@ from statewise.exceptions import CorruptRecordError, InvalidIdError
 P = ParamSpec("P")
 T = TypeVar("T")
 
+ProbedTails = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, list[DeltaRecord]]]
+"""What `probe_tails` reads: the session row, each scope's version, and the deltas each
+scope got after a given base."""
+
 _PRIVATE_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "statewise_private_loop", default=False
 )
@@ -215,9 +219,7 @@ class BaseDb(ABC):
 
     # ---- written once for every backend (a backend may override for fewer round trips) ----
 
-    def probe_tails(
-        self, session_id: str, bases: Mapping[ScopeKey, int]
-    ) -> tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, list[DeltaRecord]]]:
+    def probe_tails(self, session_id: str, bases: Mapping[ScopeKey, int]) -> ProbedTails:
         """`probe`, with the deltas each scope got after its version in `bases` (up to
         the version probed; none for a scope that did not move): what a commit that lost
         a race needs to rebase in memory."""
@@ -228,6 +230,24 @@ class BaseDb(ABC):
             if versions[key] != after
         }
         return record, versions, tails
+
+    def commit_rebased(
+        self,
+        session_id: str,
+        bases: Mapping[ScopeKey, int],
+        build: Callable[[ProbedTails], Commit],
+    ) -> CommitResult:
+        """How a commit that lost a race tries again: read what landed since `bases`
+        (`probe_tails`), let `build` rebase onto it and make the commit (it is called at
+        most once: it moves the caller's tree), and persist that.
+
+        A backend that can keep other writers of the session out between the read and
+        the write (PostgreSQL locks the session's row) does so, and then a writer loses at
+        most once: the others wait their turn instead of racing it again. Written once here
+        without such a lock: another writer may still land in between, and then this raises
+        VersionConflict like `commit`, having persisted nothing.
+        """
+        return self.commit(build(self.probe_tails(session_id, bases)))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)

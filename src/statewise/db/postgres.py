@@ -46,7 +46,13 @@ from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
 from statewise.db._pg_rows import run_from_row as _run_from_row
 from statewise.db._pg_rows import session_from_row as _session_from_row
-from statewise.db.base import BaseDb, readable_records, to_timestamp_cutoff, validate_id
+from statewise.db.base import (
+    BaseDb,
+    ProbedTails,
+    readable_records,
+    to_timestamp_cutoff,
+    validate_id,
+)
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -245,18 +251,19 @@ class PostgresDb(BaseDb):
         versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
         return (_session_from_row(row) if row[0] is not None else None), versions
 
-    def probe_tails(
-        self, session_id: str, bases: Mapping[ScopeKey, int]
-    ) -> tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, list[DeltaRecord]]]:
+    def probe_tails(self, session_id: str, bases: Mapping[ScopeKey, int]) -> ProbedTails:
         """One round trip (see `BaseDb.probe_tails`)."""
+        return self._read(lambda c: self._probe_tails_on(c, session_id, bases))
+
+    def _probe_tails_on(
+        self, conn: psycopg.Connection[Any], session_id: str, bases: Mapping[ScopeKey, int]
+    ) -> ProbedTails:
         keys = list(bases)
         kinds, ids = [k.kind for k in keys], [k.id for k in keys]
-        row = self._read(
-            lambda c: c.execute(
-                Q.probe_tails_query(self._s),
-                (session_id, kinds, ids, kinds, ids, [bases[k] for k in keys]),
-            ).fetchone()
-        )
+        row = conn.execute(
+            Q.probe_tails_query(self._s),
+            (session_id, kinds, ids, kinds, ids, [bases[k] for k in keys]),
+        ).fetchone()
         assert row is not None
         versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
         tails: dict[ScopeKey, list[DeltaRecord]] = {
@@ -442,6 +449,17 @@ class PostgresDb(BaseDb):
         from statewise.db._pg_commit import run_commit
 
         return run_commit(self, commit)
+
+    def commit_rebased(
+        self,
+        session_id: str,
+        bases: Mapping[ScopeKey, int],
+        build: Callable[[ProbedTails], Commit],
+    ) -> CommitResult:
+        """Under the session row's lock (see `BaseDb.commit_rebased`)."""
+        from statewise.db._pg_commit import run_locked_commit
+
+        return run_locked_commit(self, session_id, bases, build)
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         s = self._s

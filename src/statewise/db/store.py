@@ -18,6 +18,7 @@ encoded for storage and decoded from it), `cache` (checked-in trees) and `workin
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import time
@@ -26,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from statewise.db import _codec
-from statewise.db.base import BaseDb, validate_id
+from statewise.db.base import BaseDb, ProbedTails, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
     ANONYMOUS_USER,
@@ -51,6 +52,7 @@ from statewise.db.planning import (
 )
 from statewise.db.records import (
     Commit,
+    CommitResult,
     DeltaRecord,
     DeltaSegment,
     NewEvent,
@@ -443,23 +445,11 @@ class StateStore:
         pending = PendingCommit(
             segments=ws.take_segments(source), commit_id=commit_id or new_id(), undo=undo
         )
-        attempt = 0
-        give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
-        while True:
-            attempt += 1
-            commit = self._build_commit(ws, pending, events, run, run_id, step, policy)
-            try:
-                result = self.db.commit(commit)
-            except VersionConflict:
-                # Under heavy contention a fixed number of attempts runs out in seconds;
-                # a time budget with full-jitter exponential backoff (capped at 50 ms)
-                # spreads the writers out so each one lands.
-                if time.monotonic() >= give_up_at:
-                    raise
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
-                self._rebase(ws, pending, policy)
-                continue
-            break
+        commit = self._build_commit(ws, pending, events, run, run_id, step, policy)
+        try:
+            result = self.db.commit(commit)
+        except VersionConflict:
+            commit, result = self._commit_rebased(ws, pending, events, run, run_id, step, policy)
         if result.replayed:
             # An earlier attempt of this very commit landed (its reply was lost): nothing
             # was applied again. The tree in memory may be rebased differently from what
@@ -581,11 +571,51 @@ class StateStore:
             step=step,
         )
 
-    def _rebase(self, ws: WorkingState, pending: PendingCommit, policy: CommitPolicy) -> None:
-        """Re-apply our pending ops on the latest stored state of every scope that moved."""
+    def _commit_rebased(
+        self,
+        ws: WorkingState,
+        pending: PendingCommit,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        policy: CommitPolicy,
+    ) -> tuple[Commit, CommitResult]:
+        """After a lost race: rebase onto what landed and commit again, until it lands.
+
+        The database reads the other writers' deltas and commits what we make of them
+        (`BaseDb.commit_rebased`); where it holds the session's lock meanwhile, this lands
+        at the first try. Where it cannot (or a writer of a shared `user:`/`app:` scope got
+        in), a fixed number of attempts would run out in seconds under heavy contention:
+        a time budget with full-jitter exponential backoff (capped at 50 ms) spreads the
+        writers out so each one lands."""
+        built: list[Commit] = []
+
+        def build(probed: ProbedTails) -> Commit:
+            self._rebase(ws, pending, policy, probed)
+            built.append(self._build_commit(ws, pending, events, run, run_id, step, policy))
+            return built[-1]
+
+        give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
+        for attempt in itertools.count(1):
+            bases = {key: ws.versions.get(key, 0) for key in ws.spec.scope_keys()}
+            try:
+                result = self.db.commit_rebased(ws.spec.session_id, bases, build)
+            except VersionConflict:
+                if time.monotonic() >= give_up_at:
+                    raise
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
+                continue
+            return built[-1], result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rebase(
+        self, ws: WorkingState, pending: PendingCommit, policy: CommitPolicy, probed: ProbedTails
+    ) -> None:
+        """Re-apply our pending ops on the latest stored state of every scope that moved,
+        given what `probe_tails` read from the versions the tree holds."""
         keys = ws.spec.scope_keys()
-        bases = {key: ws.versions.get(key, 0) for key in keys}
-        record, versions, tails = self.db.probe_tails(ws.spec.session_id, bases)
+        record, versions, tails = probed
         check_identity(policy.mode, ws.spec, ws.record, record)
         if ws.record is None:
             ws.record = record

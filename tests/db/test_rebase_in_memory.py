@@ -215,11 +215,11 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
 
 def test_in_memory_rebase_reads_no_snapshot(opener: Callable[[], StateStore]) -> None:
     """The lever itself: losing a race reads the other writer's deltas (with the versions,
-    in one round trip on PostgreSQL), never the scope's snapshot and tail again."""
+    in one statement on PostgreSQL), never the scope's snapshot and tail again."""
     store = opener()
     reads: list[str] = []
     db: Any = store.db
-    real_load, real_probe = db.load_scopes, db.probe_tails
+    real_load, real_probe, real_rebased = db.load_scopes, db.probe_tails, db.commit_rebased
 
     def load(keys: Any) -> Any:
         reads.append("load_scopes")
@@ -228,6 +228,10 @@ def test_in_memory_rebase_reads_no_snapshot(opener: Callable[[], StateStore]) ->
     def probe_tails(session_id: str, bases: Any) -> Any:
         reads.append("probe_tails")
         return real_probe(session_id, bases)
+
+    def commit_rebased(session_id: str, bases: Any, build: Any) -> Any:
+        reads.append("commit_rebased")
+        return real_rebased(session_id, bases, build)
 
     with store.begin(SPEC) as txn:
         _start(txn.state)
@@ -240,9 +244,10 @@ def test_in_memory_rebase_reads_no_snapshot(opener: Callable[[], StateStore]) ->
             theirs.state["items"].append("theirs")
             theirs.state["n"] += 3
             theirs.commit(source="other")
-        db.load_scopes, db.probe_tails = load, probe_tails
+        db.load_scopes, db.probe_tails, db.commit_rebased = load, probe_tails, commit_rebased
         committed = mine.commit(source="tool")
-    assert reads == ["probe_tails"]
+    # PostgreSQL reads the tails inside commit_rebased, under the session's lock.
+    assert reads in (["commit_rebased", "probe_tails"], ["commit_rebased"])
     state = store.read_state(SPEC)[0]
     assert state["items"][-2:] == ["theirs", "mine"]
     assert state["n"] == 5

@@ -111,6 +111,39 @@ def test_reconnects_after_the_server_drops_every_connection(pg_url: str, schema:
         assert [d.version for d in db.read_deltas(ScopeKey("session", "s1"))] == [1, 2]
 
 
+def test_a_commit_that_lost_a_race_is_two_round_trips_more(pg_url: str, schema: str) -> None:
+    """The lock, the read of what landed and the rebased commit: one round trip to take the
+    lock and read, one to commit. The lock is held across one client turn only (the
+    rebase), since every other writer of the session queues behind it meanwhile."""
+    from statewise.db.store import SessionSpec, StateStore
+
+    spec = SessionSpec(session_id="s1", user_id="u1")
+    proxy = TcpProxy(pg_url)
+    try:
+        with _db(proxy.url, schema, pool_size=2) as db, _db(pg_url, schema) as other:
+            store = StateStore(db)
+            with store.begin(spec) as txn:
+                txn.state["items"] = []
+                txn.commit(source="start")
+            trips = []
+            for i in range(8):
+                with store.begin(spec) as txn:
+                    txn.state["items"].append(f"mine{i}")
+                    with StateStore(other).begin(spec) as theirs:
+                        theirs.state["items"].append(f"theirs{i}")
+                        theirs.commit(source="other")
+                    before = proxy.round_trips
+                    txn.commit(source="tool")
+                    trips.append(proxy.round_trips - before)
+            # The commit that loses (1), then the locked one (2); a statement prepared on
+            # its 5th use costs one extra round trip, once per connection.
+            assert sorted(trips)[:5] == [3] * 5 and max(trips) <= 5, trips
+            with store.begin(spec) as txn:
+                assert len(txn.state["items"]) == 16
+    finally:
+        proxy.close()
+
+
 def test_server_down_at_start_names_the_url_without_password(schema: str) -> None:
     with pytest.raises(DatabaseUnavailableError) as info:
         _db("postgresql://bob:hunter2@127.0.0.1:1/test", schema, connect_timeout=2)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
@@ -143,17 +145,27 @@ def run_locked_commit(
         building = False
         with db._connection() as conn:
             try:
-                with conn.transaction():
-                    conn.execute(
-                        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
-                        (session_id,),
-                    )
-                    probed = db._probe_tails_on(conn, session_id, bases)
-                    building = True
-                    commit = build(probed)
-                    now = time.time()
-                    sql, params = commit_params(s, commit, now)
-                    row = conn.execute(sql, params).fetchone()
+                try:
+                    # Pipelined: BEGIN, the lock and the read go out together, and so do
+                    # the commit and its COMMIT, so the lock is held across one turn of
+                    # the client (the rebase), not four.
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        conn.execute(
+                            f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
+                            (session_id,),
+                        )
+                        probed = db._probe_tails_on(conn, session_id, bases)
+                        building = True
+                        commit = build(probed)
+                        now = time.time()
+                        sql, params = commit_params(s, commit, now)
+                        cur = conn.execute(sql, params)
+                        conn.execute("COMMIT")
+                    row = cur.fetchone()
+                except BaseException:
+                    _roll_back(conn)
+                    raise
             except psycopg.Error as exc:
                 if exc.sqlstate == Q.CONFLICT_SQLSTATE:
                     raise _conflict(exc) from exc
@@ -173,6 +185,15 @@ def run_locked_commit(
         assert commit is not None
         return _result(commit, row, now)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End a transaction that failed part way, so the connection goes back to the pool
+    clean (a dead one is replaced by the pool anyway)."""
+    if conn.broken or conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")
 
 
 def _result(commit: Commit, row: tuple[Any, ...] | None, now: float) -> CommitResult:

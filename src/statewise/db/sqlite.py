@@ -226,6 +226,16 @@ def _migrations(p: str) -> list[str]:
             PRIMARY KEY (session_id, run_id)
         ) WITHOUT ROWID;
         """,
+        # 5: no index on sessions.updated_at. Every commit moves it (it stamps the
+        # session), so both indexes holding it cost a page each in every commit's WAL write,
+        # two of the ten or so a commit writes; they served only list_sessions' order and
+        # prune_sessions, which now sort and scan the sessions table (one row per session)
+        # or, for one user, that user's sessions, found by an index that never moves.
+        f"""
+        DROP INDEX {p}sessions_by_user;
+        DROP INDEX {p}sessions_by_time;
+        CREATE INDEX {p}sessions_of_user ON {p}sessions (user_id);
+        """,
     ]
 
 

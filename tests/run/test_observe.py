@@ -109,6 +109,48 @@ def test_without_debug_mode_nothing_is_logged_until_statewise_log_says_so(
     assert any("tool call add_item" in m for m in messages_of(debug_records))
 
 
+def test_a_runs_observation_ends_with_it_quiet_traced_or_failed(
+    debug_records: pytest.LogCaptureFixture,
+) -> None:
+    """A run leaves nothing behind in the parent registry, however it ends; a member with
+    `debug_mode` logs inside a team that does not."""
+    from statewise.run import _observe
+
+    before = dict(_observe._live)
+
+    def broken(messages: list[Message], info: RequestInfo) -> ModelResponse:
+        raise RuntimeError("model down")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+        make_agent().run("milk", session_id="quiet")
+        with pytest.raises(RuntimeError, match="model down"):
+            Agent(model=FunctionModel(broken)).run("x", session_id="failed")
+        leader = Team(
+            name="household",
+            members=[make_agent(debug_mode=True)],
+            model=FunctionModel(
+                lambda messages, info: (
+                    ModelResponse(content="done")
+                    if messages[-1].role == "tool"
+                    else ModelResponse(
+                        tool_calls=[
+                            ToolCall(
+                                "delegate_task_to_member",
+                                {"member_name": "shopper", "task": "eggs"},
+                            )
+                        ]
+                    )
+                )
+            ),
+        )
+        leader.run("go", session_id="team")
+    make_agent().run("bread", session_id="traced")
+    assert _observe._live == before
+    text = "\n".join(messages_of(debug_records))
+    assert "[shopper]" in text and "tool call add_item" in text and "[household]" not in text
+
+
 def test_debug_mode_logs_conflicts(debug_records: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     db_file = tmp_path / "c.db"
     other = Agent(db=SqliteDb(db_file=db_file))

@@ -1,7 +1,10 @@
 """In-memory storage: the reference backend, for tests and throwaway agents.
 
 It stores the same encoded records as the durable backends (JSON text), so it catches a
-non-serializable value or an aliasing bug exactly where they would.
+non-serializable value or an aliasing bug exactly where they would. The events of one
+commit (and its run record's messages and metrics, to refuse what cannot be stored) are
+encoded together, in one call: the text is the check and the copy at once, and reads,
+which are rare next to commits, decode the batch they need.
 """
 
 from __future__ import annotations
@@ -47,6 +50,21 @@ class _Scope:
     )
 
 
+@dataclass(slots=True, eq=False)
+class _Batch:
+    """The JSON text of one commit's event data, a list in event order."""
+
+    text: str
+
+
+# seq, run_id, type, the batch holding its data, its index there, created_at
+_EventRow = tuple[int, str | None, str, _Batch, int, float]
+
+
+def _batch(data: list[Any]) -> _Batch:
+    return _Batch(_codec.dumps(data))
+
+
 class InMemoryDb(BaseDb):
     """Everything in this process's memory; gone when it exits."""
 
@@ -54,7 +72,7 @@ class InMemoryDb(BaseDb):
         self._lock = threading.RLock()
         self._sessions: dict[str, SessionRecord] = {}
         self._scopes: dict[ScopeKey, _Scope] = {}
-        self._events: dict[str, list[tuple[int, str | None, str, str, float]]] = {}
+        self._events: dict[str, list[_EventRow]] = {}
         self._runs: dict[str, dict[str, RunRecord]] = {}
         # session id -> commit id -> (versions, last_seq, event count), encoded on replay only
         self._commits: dict[str, dict[str, tuple[dict[ScopeKey, int], int, int]]] = {}
@@ -133,11 +151,13 @@ class InMemoryDb(BaseDb):
                 )
                 for write in commit.writes
             ]
-            encoded_events = [(e, _codec.dumps(e.data)) for e in commit.events]
+            payload: list[Any] = [e.data for e in commit.events]
             run_copy = None
             if commit.run is not None:
-                _codec.dumps((commit.run.messages, commit.run.metrics))  # storable, or refused
+                if commit.run.messages or commit.run.metrics:
+                    payload.append((commit.run.messages, commit.run.metrics))  # or refused
                 run_copy = RunRecord(**commit.run.to_dict())
+            batch = _batch(payload)
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
                 existing.created_at = now
@@ -166,8 +186,8 @@ class InMemoryDb(BaseDb):
                     scope.tail_bytes = 0
                 versions[write.key] = scope.version
             events = self._events.setdefault(session.session_id, [])
-            for i, (event, data) in enumerate(encoded_events):
-                events.append((first_seq + i, event.run_id, event.type, data, now))
+            for i, event in enumerate(commit.events):
+                events.append((first_seq + i, event.run_id, event.type, batch, i, now))
             if run_copy is not None:
                 runs = self._runs.setdefault(session.session_id, {})
                 previous = runs.get(run_copy.run_id)
@@ -242,20 +262,23 @@ class InMemoryDb(BaseDb):
         if limit is not None:
             rows = (rows[-limit:] if limit else []) if after is None else rows[:limit]
         events = []
-        for seq, run_id, type_, data, created_at in rows:
-            try:
-                decoded = _codec.loads(data)
-            except ValueError as exc:
-                raise CorruptRecordError(
-                    f"session {session_id!r}: event {seq} is not JSON"
-                ) from exc
+        decoded: dict[int, list[Any]] = {}  # each batch read once, each event its own copy
+        for seq, run_id, type_, batch, index, created_at in rows:
+            data = decoded.get(id(batch))
+            if data is None:
+                try:
+                    data = decoded[id(batch)] = _codec.loads(batch.text)
+                except ValueError as exc:
+                    raise CorruptRecordError(
+                        f"session {session_id!r}: event {seq} is not JSON"
+                    ) from exc
             events.append(
                 EventRecord(
                     session_id=session_id,
                     seq=seq,
                     run_id=run_id,
                     type=type_,
-                    data=decoded,
+                    data=data[index],
                     created_at=created_at,
                 )
             )
@@ -361,7 +384,8 @@ class InMemoryDb(BaseDb):
                         d.created_at,
                     )
                     scope.version = max(scope.version, d.version)
+            batch = _batch([e.data for e in events])
             self._events[session.session_id] = [
-                (e.seq, e.run_id, e.type, _codec.dumps(e.data), e.created_at) for e in events
+                (e.seq, e.run_id, e.type, batch, i, e.created_at) for i, e in enumerate(events)
             ]
             self._runs[session.session_id] = {r.run_id: RunRecord(**r.to_dict()) for r in runs}

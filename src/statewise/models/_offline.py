@@ -10,7 +10,14 @@ import json
 import re
 from collections.abc import Iterator
 
-from statewise.models.messages import Message, ModelResponse, TextDelta, ToolCallDelta, Usage
+from statewise.models.messages import (
+    Message,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from statewise.state.jsontext import JsonText
 
 _json = JsonText()  # `json.dumps` as it is, without building an encoder per call
@@ -24,19 +31,24 @@ def estimate_tokens(text: str | None) -> int:
 
 
 def estimate_usage(messages: list[Message], response: ModelResponse) -> Usage:
-    """Usage of one request, estimated from the length of what went in and came out."""
-    prompt = sum(estimate_tokens(m.content) for m in messages)
-    prompt += sum(
-        estimate_tokens(_json.dumps(c.arguments)) + estimate_tokens(c.name)
-        for m in messages
-        for c in m.tool_calls
-    )
+    """Usage of one request, estimated from the length of what went in and came out.
+
+    Plain loops: every request of a run measures the whole conversation again, and the
+    generator expressions this replaced were a visible part of a small offline run."""
+    prompt = 0
+    for m in messages:
+        if m.content:
+            prompt += max(1, (len(m.content) + 3) // 4)
+        for call in m.tool_calls:
+            prompt += _call_tokens(call)
     output = estimate_tokens(response.content)
-    output += sum(
-        estimate_tokens(_json.dumps(c.arguments)) + estimate_tokens(c.name)
-        for c in response.tool_calls
-    )
+    for call in response.tool_calls:
+        output += _call_tokens(call)
     return Usage(input_tokens=prompt, output_tokens=output, requests=1)
+
+
+def _call_tokens(call: ToolCall) -> int:
+    return estimate_tokens(_json.dumps(call.arguments)) + estimate_tokens(call.name)
 
 
 def word_chunks(text: str) -> list[str]:

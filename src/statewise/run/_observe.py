@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,29 +67,58 @@ def _short(value: Any, limit: int = 2000) -> str:
 # ---- who is the parent of what ---------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Node:
     span: Any
     debug: bool
     name: str | None = None
 
+    @property
+    def quiet(self) -> bool:
+        """Neither traced nor logged: nothing below it records anything."""
+        return self.span is None and not self.debug
 
-_nodes: weakref.WeakKeyDictionary[Any, _Node] = weakref.WeakKeyDictionary()
+
+# Which node each live run context or scope belongs to, by the object's id, with a weak
+# reference that proves the entry is still that object's (an id is reused after death).
+# A WeakKeyDictionary makes a weak reference on every lookup, and a run looks its parent
+# up at every step, model call, tool call and commit.
+_Entry = tuple["weakref.ref[Any]", _Node]
+_live: dict[int, _Entry] = {}
 
 
-@dataclass(eq=False)
+def _forget(key_id: int) -> Callable[[weakref.ref[Any]], None]:
+    def forget(ref: weakref.ref[Any]) -> None:
+        entry = _live.get(key_id)
+        if entry is not None and entry[0] is ref:
+            del _live[key_id]
+
+    return forget
+
+
+@dataclass(eq=False, slots=True)
 class Token:
     """What `finish` needs: the span to end and the nodes to restore."""
 
     span: Any
     debug: bool
-    keys: tuple[Any, ...]
-    previous: tuple[_Node | None, ...]
+    keys: tuple[int, ...]
+    previous: tuple[_Entry | None, ...]
     name: str | None = None
 
 
 def _node(key: Any) -> _Node | None:
-    return _nodes.get(key) if key is not None else None
+    entry = _live.get(id(key)) if key is not None else None
+    if entry is None or entry[0]() is not key:
+        return None
+    return entry[1]
+
+
+def _quiet_under(parent: Any) -> bool:
+    """True when `parent` belongs to a run that is neither traced nor logged: its steps,
+    calls and commits then record nothing, and cost no more than this lookup."""
+    node = _node(parent)
+    return node is not None and node.span is None and not node.debug
 
 
 def debugging(key: Any) -> bool:
@@ -113,13 +142,7 @@ def _start(
     agent_name: str | None = None,
 ) -> Token:
     parent_node = _node(parent)
-    if (
-        parent_node is not None
-        and parent_node.span is None
-        and not parent_node.debug
-        and not debug
-        and agent_name is None
-    ):
+    if parent_node is not None and parent_node.quiet and not debug and agent_name is None:
         # Inside a run that is neither traced nor logged (decided once, when it started)
         # a step, tool call or commit has nothing to record, and a node of its own would
         # tell its children exactly what the run's node tells them.
@@ -147,21 +170,32 @@ def _start(
         ensure_logging()
     if agent_name is None and parent_node is not None:
         agent_name = parent_node.name
-    node = _Node(span=span, debug=on, name=agent_name)
-    live = tuple(k for k in keys if k is not None)
-    previous = tuple(_nodes.get(k) for k in live)
-    for key in live:
-        _nodes[key] = node
-    return Token(span=span, debug=on, keys=live, previous=previous, name=agent_name)
+    return _register(span, on, agent_name, keys)
+
+
+def _register(span: Any, debug: bool, name: str | None, keys: Sequence[Any]) -> Token:
+    """Make `keys` (a run's context and scope) the parents of what happens under them."""
+    node = _Node(span=span, debug=debug, name=name)
+    live = tuple(id(k) for k in keys if k is not None)
+    previous = tuple(_live.get(i) for i in live)
+    for key in keys:
+        if key is not None:
+            _live[id(key)] = (weakref.ref(key, _forget(id(key))), node)
+    return Token(span=span, debug=debug, keys=live, previous=previous, name=name)
+
+
+def _untraced() -> bool:
+    """No tracer provider configured (the API's proxy): spans would record nothing."""
+    return _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
 
 
 def finish(token: Token, error: BaseException | None = None) -> None:
     """End the span (marking an error) and give the keys back their previous parent."""
-    for key, previous in zip(token.keys, token.previous, strict=True):
+    for key_id, previous in zip(token.keys, token.previous, strict=True):
         if previous is None:
-            _nodes.pop(key, None)
+            _live.pop(key_id, None)
         else:
-            _nodes[key] = previous
+            _live[key_id] = previous
     span = token.span
     if span is None:
         return
@@ -193,6 +227,12 @@ def run_started(
 ) -> Token:
     """A run of an agent, team or workflow; `parent` is the host's context when this run
     is nested (a team member, a workflow step's agent)."""
+    if not debug:
+        parent_node = _node(parent)
+        inherited = parent_node.debug if parent_node is not None else env_debug()
+        if not inherited and _untraced():
+            # Neither traced nor logged: no span, no attributes, nothing to format.
+            return _register(None, False, name or kind, (ctx, scope))
     operation = "invoke_workflow" if kind == "workflow" else "invoke_agent"
     token = _start(
         f"{operation} {name or kind}",
@@ -216,6 +256,9 @@ def run_started(
 def run_finished(
     token: Token, *, metrics: Mapping[str, Any] | None = None, error: BaseException | None = None
 ) -> None:
+    if token.span is None and not token.debug:
+        finish(token)
+        return
     if token.span is not None and metrics:
         for key in ("input_tokens", "output_tokens"):
             if metrics.get(key) is not None:
@@ -231,6 +274,8 @@ def run_finished(
 
 
 def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
+    if _quiet_under(ctx):
+        return _QUIET
     token = _start(
         f"step {name}",
         ctx,
@@ -247,6 +292,8 @@ def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -
 def model_request(
     ctx: Any, model: Any, messages: Sequence[Any], tools: Sequence[Any], step: int
 ) -> Token:
+    if _quiet_under(ctx):
+        return _QUIET
     model_id = getattr(model, "id", None)
     token = _start(
         f"chat {model_id}",
@@ -276,6 +323,8 @@ def model_request(
 
 
 def model_response(token: Token, response: Any) -> None:
+    if token is _QUIET:
+        return
     usage = getattr(response, "usage", None)
     if token.span is not None:
         if usage is not None:
@@ -308,6 +357,8 @@ def model_failed(token: Token, error: BaseException) -> None:
 
 
 def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
+    if _quiet_under(ctx):
+        return _QUIET
     token = _start(
         f"execute_tool {call.name}",
         ctx,
@@ -324,6 +375,8 @@ def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
 
 
 def tool_finished(token: Token, result: str, is_error: bool) -> None:
+    if token is _QUIET:
+        return
     if token.span is not None and is_error:
         token.span.set_attribute("error.type", "tool_error")
         token.span.set_status(Status(StatusCode.ERROR, result[:200]))
@@ -336,6 +389,8 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
 
 
 def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
+    if _quiet_under(scope):
+        return _QUIET
     return _start(
         "statewise.commit",
         scope,
@@ -356,6 +411,8 @@ def commit_finished(
     conflicts: Sequence[Mapping[str, Any]] = (),
     error: BaseException | None = None,
 ) -> None:
+    if token is _QUIET:
+        return
     if token.span is not None and error is None:
         token.span.set_attribute("statewise.commit.op_count", len(ops))
         token.span.set_attribute("statewise.commit.conflicts", len(conflicts))

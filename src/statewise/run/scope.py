@@ -71,17 +71,15 @@ class RunScope:
         except BaseException as exc:
             _observe.commit_finished(observed, error=exc)
             raise
+        versions: dict[str, int] = {key.kind: v for key, v in committed.versions.items()}
         _observe.commit_finished(
-            observed,
-            versions={key.kind: version for key, version in committed.versions.items()},
-            ops=committed.changes,
-            conflicts=committed.conflicts,
+            observed, versions=versions, ops=committed.changes, conflicts=committed.conflicts
         )
         self.conflicts.extend(committed.conflicts)
         if not committed.changes:
             return None
         return StateChanged(
-            versions={key.kind: version for key, version in committed.versions.items()},
+            versions=versions,
             ops=committed.changes,
             step=step,
         )

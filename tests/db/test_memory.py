@@ -1,0 +1,56 @@
+"""InMemoryDb's own promises, beyond the conformance suite: it refuses what the durable
+backends could not store, whole, and what it hands back never aliases what it keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from statewise.db import InMemoryDb
+from statewise.db.records import Commit, NewEvent, RunRecord, SessionRecord
+
+
+def commit(db: InMemoryDb, *events: NewEvent, run: RunRecord | None = None) -> None:
+    record = db.get_session("s")
+    db.commit(
+        Commit(
+            session=record or SessionRecord(session_id="s"),
+            create_session=record is None,
+            events=list(events),
+            run=run,
+        )
+    )
+
+
+def test_a_commit_with_one_unstorable_event_writes_nothing() -> None:
+    db = InMemoryDb()
+    commit(db, NewEvent(type="a", data={"n": 1}))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        commit(db, NewEvent(type="b", data={"n": 2}), NewEvent(type="c", data={"x": object()}))
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        commit(db, NewEvent(type="b", data={"n": float("nan")}))
+    record = db.get_session("s")
+    assert record is not None and record.last_seq == 1
+    assert [(e.seq, e.type, e.data) for e in db.read_events("s")] == [(1, "a", {"n": 1})]
+
+
+def test_a_run_record_that_cannot_be_stored_fails_its_commit() -> None:
+    db = InMemoryDb()
+    run = RunRecord(session_id="s", run_id="r", messages=[{"content": {1, 2}}])
+    with pytest.raises(TypeError):
+        commit(db, NewEvent(type="a"), run=run)
+    assert db.get_session("s") is None and db.read_events("s") == []
+    assert db.read_runs("s") == []
+
+
+def test_events_read_back_are_copies_each_time() -> None:
+    db = InMemoryDb()
+    payload = {"items": [1, 2]}
+    commit(db, NewEvent(type="a", data=payload), NewEvent(type="b", data=payload))
+    payload["items"].append(3)  # the caller's object, changed after the commit
+    first, second = db.read_events("s")
+    assert first.data == second.data == {"items": [1, 2]}
+    assert first.data is not second.data
+    first.data["items"].append(99)
+    assert [e.data for e in db.read_events("s")] == [{"items": [1, 2]}, {"items": [1, 2]}]
+    assert [e.type for e in db.read_events("s", types=["b"])] == ["b"]
+    assert [e.seq for e in db.read_events("s", after=1)] == [2]

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from statewise import Agent
+from statewise.db.records import ScopeKey
 from statewise.db.testing import Harness
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
@@ -91,3 +92,7 @@ def test_a_run_after_the_user_scope_moved_commits_its_session_writes(harness: Ha
     assert agent.get_session_state("s1") == expected
     fresh = Agent(model=FunctionModel(model), db=harness.reopen(), user_id="u")
     assert fresh.get_session_state("s1") == expected
+    appended = [
+        op["value"] for d in harness.db.read_deltas(ScopeKey("session", "s1")) for op in d.ops
+    ]
+    assert appended[-2:] == ["one", "two"]

@@ -13,13 +13,20 @@ They work on any façade object with a state store (Agent, Team, Workflow).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from statewise.db.records import NewEvent
-from statewise.db.store import SessionSpec, StateStore, scope_of
-from statewise.exceptions import StaleStateVersionError, StateError, TempScopeError
-from statewise.state.jsonvalue import to_json_value
+from statewise.db.records import NewEvent, ScopeKey, SessionRecord
+from statewise.db.store import TTL_KEY, SessionSpec, StateStore, scope_of, visible_state
+from statewise.exceptions import (
+    SessionNotFoundError,
+    StaleStateVersionError,
+    StateError,
+    TempScopeError,
+)
+from statewise.state.jsonvalue import copy_json, to_json_value
 from statewise.state.reserved import check_writable, is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
@@ -37,17 +44,76 @@ def session_version(owner: _HasStore, session_id: str) -> int:
     return owner._store.session_version(session_id)
 
 
-def session_state_and_version(owner: _HasStore, session_id: str) -> tuple[dict[str, Any], int]:
-    """A session's state (as `get_session_state` shows it: `user:`/`app:` defaults fill
-    missing shared keys) and the version of exactly that state, read together."""
-    from statewise.run.driver import initialize_state
+@dataclass(frozen=True, slots=True)
+class StateRead:
+    """A session's state as readers outside a run see it, with what they need to show it:
+    the session's record (its owner), the version of exactly this state, and the secret
+    keys to redact (declared by the reader, or recorded in this very state's registry)."""
 
+    record: SessionRecord
+    state: dict[str, Any]
+    version: int
+    secret_keys: frozenset[str]
+
+
+def read_session_state(owner: _HasStore, session_id: str) -> StateRead:
+    """A session's state (as `get_session_state` shows it: `user:`/`app:` defaults fill
+    missing shared keys) and the version of exactly that state, read together.
+
+    A reader must not get in a run's way: one probe of the session and its scopes, then a
+    copy of the cached tree when it is at those versions (a read of a busy session costs
+    no load and leaves the tree in the cache for the next run). Otherwise the scopes are
+    checked out as a run would (loading what is stale), and the tree is cached for the
+    next reader. Raises SessionNotFoundError for a session that does not exist.
+    """
+    store = owner._store
     spec = owner._spec(session_id, None)
-    with owner._store.begin(spec, mode="existing") as txn:
-        defaults = getattr(owner, "_default_state", None)
-        if defaults is not None:
-            initialize_state(txn.working, defaults(), None, False)
-        return txn.plain(), txn.version
+    keys = (store.cache.spec_of(spec.session_id) or spec).scope_keys()
+    record, versions = store.db.probe(spec.session_id, keys)
+    if record is None:
+        raise SessionNotFoundError(f"no session {spec.session_id!r}")
+    # An existing session's owner and app are its own, whoever reads it.
+    spec = replace(
+        spec,
+        user_id=record.user_id or spec.user_id,
+        app_name=record.app_name or spec.app_name,
+        kind=record.kind,
+    )
+    tree = None
+    if spec.scope_keys() == keys:
+        tree = store.cache.tree_if_current(spec.session_id, versions)
+    if tree is None:
+        with store.begin(spec, mode="existing") as txn:
+            record = txn.working.record or record
+            versions = dict(txn.working.versions)
+            tree = {k: copy_json(v) for k, v in dict.items(txn.working.root)}
+    _drop_expired(tree)
+    own_version = versions.get(ScopeKey("session", spec.session_id), 0)
+    defaults = getattr(owner, "_default_state", None)
+    if defaults is not None:
+        fresh = record.last_seq == 0 and own_version == 0
+        for key, value in defaults().items():
+            # As a run's start applies them: all keys to a fresh session, else only the
+            # shared scopes' missing keys.
+            if key not in tree and (fresh or scope_of(key)[0] in ("user", "app")):
+                tree[key] = copy_json(value)
+    return StateRead(
+        record=record,
+        state=visible_state(tree),
+        version=own_version,
+        secret_keys=store.secret_keys_in(tree),
+    )
+
+
+def _drop_expired(tree: dict[str, Any]) -> None:
+    """Hide keys whose TTL passed (the next run deletes them for good)."""
+    expiries = tree.get(TTL_KEY)
+    if not isinstance(expiries, dict):
+        return
+    now = time.time()
+    for key, at in expiries.items():
+        if not isinstance(at, int | float) or at <= now:
+            tree.pop(key, None)
 
 
 def _check_keys(keys: Any) -> None:
@@ -160,9 +226,10 @@ def merge_patch_session_state(
 
 __all__ = [
     "StaleStateVersionError",
+    "StateRead",
     "apply_merge_patch",
     "merge_patch_session_state",
+    "read_session_state",
     "replace_session_state",
-    "session_state_and_version",
     "session_version",
 ]

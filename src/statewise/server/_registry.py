@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewise.agent.sessions import StateRead, read_session_state
 from statewise.db.base import BaseDb
 from statewise.db.records import SessionRecord
 from statewise.db.store import StateStore
-from statewise.exceptions import ConfigurationError
+from statewise.exceptions import ConfigurationError, SessionNotFoundError
 
 KINDS = ("agents", "teams", "workflows")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
@@ -115,21 +116,38 @@ class Registry:
         return list(seen.values())
 
     def find_session(self, session_id: str) -> tuple[SessionRecord, Served] | None:
-        """The session's record and the served object that owns it (same app and kind),
-        else any object on the same database."""
+        """The session's record and the served object that owns it."""
         for db, first in self.databases():
             record = db.get_session(session_id)
-            if record is None:
-                continue
-            for served in self.served.values():
-                if (
-                    served.db is db
-                    and served.app_name == record.app_name
-                    and served.kind == f"{record.kind}s"
-                ):
-                    return record, served
-            for served in self.served.values():
-                if served.db is db and served.app_name == record.app_name:
-                    return record, served
-            return record, first
+            if record is not None:
+                return record, self._owner(db, record, first)
         return None
+
+    def read_state(self, session_id: str) -> tuple[StateRead, Served] | None:
+        """`find_session` and the session's state, read by its owner, in one probe (two
+        when the first object served on the database is not the owner)."""
+        for db, first in self.databases():
+            try:
+                read = read_session_state(first.obj, session_id)
+            except SessionNotFoundError:
+                continue
+            served = self._owner(db, read.record, first)
+            if served is not first:
+                read = read_session_state(served.obj, session_id)
+            return read, served
+        return None
+
+    def _owner(self, db: BaseDb, record: SessionRecord, first: Served) -> Served:
+        """The served object of the session's app and kind, else one of its app, else
+        any object on the same database."""
+        for served in self.served.values():
+            if (
+                served.db is db
+                and served.app_name == record.app_name
+                and served.kind == f"{record.kind}s"
+            ):
+                return served
+        for served in self.served.values():
+            if served.db is db and served.app_name == record.app_name:
+                return served
+        return first

@@ -2,7 +2,8 @@
 diffs, rollback, fork and export. Other users' sessions answer 404, as if absent.
 
 The routes are plain functions: FastAPI runs them in its thread pool, so a database that
-blocks (PostgreSQL, Redis) never stalls the event loop that streams runs.
+blocks (PostgreSQL, Redis) never stalls the event loop that streams runs. The state GET,
+which clients poll during runs, is async and makes its one hop itself.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from statewise.agent.sessions import (
+    StateRead,
     merge_patch_session_state,
+    read_session_state,
     replace_session_state,
-    session_state_and_version,
     session_version,
 )
 from statewise.db.base import validate_id
@@ -74,17 +77,30 @@ def _session(
     return found
 
 
+def _read(registry: Registry, principal: Principal, session_id: str) -> tuple[StateRead, Served]:
+    """`_session` and the session's state in one read."""
+    validate_id(session_id)
+    found = registry.read_state(session_id)
+    if found is None or not principal.can_see(found[0].record):
+        raise Problem(404, f"no session {session_id!r}", title="Session not found")
+    return found
+
+
 def _state_body(
-    served: Served, session_id: str, state: dict[str, Any], version: int
+    session_id: str, state: dict[str, Any], version: int, secret_keys: frozenset[str]
 ) -> JSONResponse:
     return JSONResponse(
         {
             "session_id": session_id,
             "version": version,
-            "state": redact_state(state, served.secret_keys),
+            "state": redact_state(state, secret_keys),
         },
         headers={"ETag": f'"{version}"'},
     )
+
+
+def _read_body(read: StateRead) -> JSONResponse:
+    return _state_body(read.record.session_id, read.state, read.version, read.secret_keys)
 
 
 def _parse_if_match(value: str | None) -> int | None:
@@ -216,18 +232,17 @@ def list_sessions(
     responses={**ok(SessionDetail, "The session", headers=["ETag"]), **problems(*SESSION)},
 )
 def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
-    record, served = _session(registry, principal, session_id)
-    state, version = session_state_and_version(served.obj, session_id)
+    read, served = _read(registry, principal, session_id)
     runs = served.db.read_runs(session_id)
     return JSONResponse(
         {
-            "session": record.to_dict(),
+            "session": read.record.to_dict(),
             "served_by": served.describe(),
-            "version": version,
-            "state": redact_state(state, served.secret_keys),
+            "version": read.version,
+            "state": redact_state(read.state, read.secret_keys),
             "runs": [_run_summary(r) for r in runs],
         },
-        headers={"ETag": f'"{version}"'},
+        headers={"ETag": f'"{read.version}"'},
     )
 
 
@@ -273,10 +288,11 @@ def get_run(
     response_model=None,
     responses={**ok(StateDoc, "The state", headers=["ETag"]), **problems(*SESSION)},
 )
-def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
-    _record, served = _session(registry, principal, session_id)
-    state, version = session_state_and_version(served.obj, session_id)
-    return _state_body(served, session_id, state, version)
+async def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
+    # The one route readers poll while runs write: one hop off the loop for the whole
+    # read (a sync route takes another for its dependencies' sake).
+    read, _served = await run_in_threadpool(_read, registry, principal, session_id)
+    return _read_body(read)
 
 
 STATE_WRITE_ERRORS = problems(*SESSION, 409, 412, 413)
@@ -307,7 +323,7 @@ def put_state(
     principal.check_shared_write(state, "this PUT")
     expected = _parse_if_match(if_match)
     new_state, version = replace_session_state(served.obj, session_id, state, if_version=expected)
-    return _state_body(served, session_id, new_state, version)
+    return _state_body(session_id, new_state, version, served.secret_keys)
 
 
 @router.patch(
@@ -335,7 +351,7 @@ def patch_state(
     new_state, version = merge_patch_session_state(
         served.obj, session_id, patch, if_version=expected
     )
-    return _state_body(served, session_id, new_state, version)
+    return _state_body(session_id, new_state, version, served.secret_keys)
 
 
 # ---- history -----------------------------------------------------------------------------
@@ -477,8 +493,7 @@ def rollback(
     assert to is not None
     _check_version(served, session_id, to, "to")
     served.obj.rollback_state(session_id, to=to, include_shared=body.include_shared)
-    state, version = session_state_and_version(served.obj, session_id)
-    return _state_body(served, session_id, state, version)
+    return _read_body(read_session_state(served.obj, session_id))
 
 
 class ForkBody(BaseModel):
@@ -508,13 +523,13 @@ def fork(
     if registry.find_session(new_id) is not None:
         raise Problem(409, f"session {new_id!r} already exists", title="Session exists")
     served.obj.fork_session(session_id, at=at, new_session_id=new_id)
-    state, version = session_state_and_version(served.obj, new_id)
+    read = read_session_state(served.obj, new_id)
     return JSONResponse(
         {
             "session_id": new_id,
             "forked_from": session_id,
-            "version": version,
-            "state": redact_state(state, served.secret_keys),
+            "version": read.version,
+            "state": redact_state(read.state, read.secret_keys),
         },
         status_code=201,
         headers={"Location": f"/v1/sessions/{new_id}"},

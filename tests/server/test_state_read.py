@@ -1,0 +1,107 @@
+"""The state read that clients poll during runs: one probe, a copy of the cached tree when
+it is current, and the same state a run's checkout would show (defaults, TTL, secrets)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statewise import Agent
+from statewise.agent.sessions import read_session_state, session_version
+from statewise.db import SqliteDb
+from statewise.exceptions import SessionNotFoundError
+from statewise.server import create_app
+from tests.server.conftest import make_agent, start_server, stop_server
+
+
+class CountingDb(SqliteDb):
+    """A real SQLite database that counts the reads a state GET makes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reads: Counter[str] = Counter()
+
+    def probe(self, session_id: str, keys: Any) -> Any:
+        self.reads["probe"] += 1
+        return super().probe(session_id, keys)
+
+    def get_session(self, session_id: str) -> Any:
+        self.reads["get_session"] += 1
+        return super().get_session(session_id)
+
+    def load_scopes(self, keys: Any) -> Any:
+        self.reads["load_scopes"] += 1
+        return super().load_scopes(keys)
+
+
+def test_a_state_get_of_a_cached_session_is_one_probe_and_leaves_the_tree_cached(
+    tmp_path: Path,
+) -> None:
+    db = CountingDb(db_file=str(tmp_path / "a.db"))
+    live = start_server(create_app([make_agent(db)]))
+    try:
+        with live.client() as c:
+            r = c.post("/v1/agents/lister/runs", json={"input": "add a", "session_id": "s"})
+            assert r.status_code == 200
+            db.reads.clear()
+            got = c.get("/v1/sessions/s/state")
+            assert got.status_code == 200
+            assert got.json()["state"]["items"] == ["a"]
+            assert got.headers["ETag"] == f'"{got.json()["version"]}"'
+            assert db.reads == Counter({"probe": 1})
+            # The next run finds the tree where it was: nothing is loaded again.
+            db.reads.clear()
+            r = c.post("/v1/agents/lister/runs", json={"input": "add b", "session_id": "s"})
+            assert r.status_code == 200 and db.reads["load_scopes"] == 0
+            assert c.get("/v1/sessions/s/state").json()["state"]["items"] == ["a", "b"]
+            assert c.get("/v1/sessions/nope/state").status_code == 404
+    finally:
+        stop_server(live)
+
+
+def test_a_read_from_the_cache_shows_what_a_checkout_would(tmp_path: Path) -> None:
+    db = SqliteDb(db_file=str(tmp_path / "a.db"))
+    writer = make_agent(db)  # declares api_token secret
+    writer.state.for_session("s").set("otp", "123456", ttl=0.2)
+    writer.run("add a", session_id="s", session_state={"api_token": "sk-1"})
+    # Another agent of the same app: new shared defaults, declares no secret of its own.
+    reader = Agent(
+        name="lister",
+        db=db,
+        session_state={"items": ["default"], "user:plan": "free", "app:motd": "hi"},
+    )
+    cached = read_session_state(reader, "s")
+    assert cached.state["otp"] == "123456"
+    assert cached.state["items"] == ["a"]  # the session's own keys are not defaulted
+    assert cached.state["user:plan"] == "free" and cached.state["app:motd"] == "hi"
+    assert "api_token" in cached.secret_keys  # recorded in the app's registry
+    assert cached.record.session_id == "s"
+    assert cached.version == session_version(writer, "s")
+    time.sleep(0.25)
+    expired = read_session_state(reader, "s")
+    assert "otp" not in expired.state and expired.version == cached.version
+    # The copy is the reader's: changing it changes nothing stored or cached.
+    expired.state["items"].append("x")
+    assert read_session_state(reader, "s").state["items"] == ["a"]
+    assert writer.get_session_state("s")["items"] == ["a"]
+
+
+def test_a_read_without_a_current_cache_entry_loads_the_stored_state(tmp_path: Path) -> None:
+    path = str(tmp_path / "a.db")
+    make_agent(SqliteDb(db_file=path)).run("add a, b", session_id="s")
+    other = make_agent(CountingDb(db_file=path))  # another process: nothing cached
+    db = other.db
+    assert isinstance(db, CountingDb)
+    read = read_session_state(other, "s")
+    assert read.state["items"] == ["a", "b"] and read.version > 0
+    assert db.reads["load_scopes"] == 1
+    # ... and caches it for the next reader, which probes only.
+    db.reads.clear()
+    assert read_session_state(other, "s") == read
+    assert db.reads == Counter({"probe": 1})
+    with pytest.raises(SessionNotFoundError):
+        read_session_state(other, "missing")

@@ -326,18 +326,22 @@ def _request_record(
     """What the model was sent, for the event log: the system prompt as rendered and the
     messages new since the model's last answer (earlier ones are in earlier events), each
     cut at a few thousand characters. A prompt showing secrets to the model is not kept."""
-    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and (
-        scope.store.secret_keys_in(scope.working.root)
-    )
-    if system is not None and exposes:
+    if (
+        system is not None
+        and getattr(rt.agent, "expose_secrets_to_model", False)
+        and scope.store.secret_keys_in(scope.working.root)
+    ):
         system = "(not recorded: it shows secret values to the model)"
-    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    new = [m for m in messages[last_answer + 1 :] if m.role != "system"]
-    return {
-        "system": _cut(system),
-        "message_count": len(messages),
-        "new_messages": [{**m.to_dict(), "content": _cut(m.content)} for m in new[-20:]],
-    }
+    start = len(messages)  # just after the model's last answer
+    while start and messages[start - 1].role != "assistant":
+        start -= 1
+    recorded = []
+    for m in [m for m in messages[start:] if m.role != "system"][-20:]:
+        data = m.to_dict()
+        if m.content is not None and len(m.content) > _KEEP_CHARS:
+            data["content"] = _cut(m.content)
+        recorded.append(data)
+    return {"system": _cut(system), "message_count": len(messages), "new_messages": recorded}
 
 
 def _cut(text: str | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import socket
 import subprocess
@@ -142,3 +143,29 @@ def test_serve_without_the_server_extra_is_one_line(tmp_path: Path) -> None:
         "statewise serve: 'uvicorn' is not installed; install it with: "
         "pip install 'statewise[server]'"
     ]
+
+
+def test_the_server_extra_brings_uvicorns_fast_parser_and_loop() -> None:
+    """`pip install statewise[server]` serves with httptools and uvloop: uvicorn picks them
+    when installed, and the pure-Python ones cost the server a tenth more CPU per request."""
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    for name in ("httptools", "uvloop") if sys.platform != "win32" else ("httptools",):
+        if importlib.util.find_spec(name) is None:
+            pytest.fail(
+                f"{name} is missing: the server extra installs it (pip install -e '.[dev]')"
+            )
+    config = uvicorn.Config(lambda *_: None)
+    config.load()
+    assert config.http_protocol_class is HttpToolsProtocol
+    if sys.platform != "win32":
+        import uvloop
+
+        factory = config.get_loop_factory()
+        assert factory is not None
+        loop = factory()
+        try:
+            assert isinstance(loop, uvloop.Loop)
+        finally:
+            loop.close()

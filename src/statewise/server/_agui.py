@@ -20,7 +20,6 @@ from ag_ui.core import RunAgentInput
 from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Body, Depends, Path
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from statewise.db.base import validate_id
 from statewise.db.records import ScopeKey, SessionRecord
@@ -45,6 +44,7 @@ from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
+from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -141,7 +141,7 @@ async def agui_run(
     continuing = _is_continuation(body)
     text = "" if continuing else _input_text(body)
     user_id = _user_for(principal, None, served)
-    found = await run_in_threadpool(registry.find_session, session_id)
+    found = await off_loop(registry.find_session, session_id)
     record: SessionRecord | None = None
     if found is not None:
         record = found[0]
@@ -161,12 +161,12 @@ async def agui_run(
     if continuing:
         if record is None:
             raise Problem(409, f"thread {session_id!r} has no paused run to continue")
-        resume = await run_in_threadpool(plan_resume, served, session_id, body)
-    synced = await run_in_threadpool(sync.last_synced)
+        resume = await off_loop(plan_resume, served, session_id, body)
+    synced = await off_loop(sync.last_synced)
     base = _base_versions(body, spec)
     if base is not None:
         synced = (base, synced[1] if synced else 0)
-    conflicts = await run_in_threadpool(
+    conflicts = await off_loop(
         sync.merge_client_state, body.state, principal, synced[0] if synced else None
     )
     initial = body.state if record is None and isinstance(body.state, dict) else None
@@ -243,7 +243,7 @@ class AguiStream:
             yield agui.RunErrorEvent(message=problem.detail, code=str(problem.status))
 
     async def _run(self) -> AsyncIterator[Any]:
-        snapshot = await run_in_threadpool(self.sync.snapshot)
+        snapshot = await off_loop(self.sync.snapshot)
         yield agui.StateSnapshotEvent(snapshot=snapshot)
         client_tools = [
             ToolDefinition(
@@ -291,8 +291,8 @@ class AguiStream:
         assert output is not None
         before = self.synced_messages
         if before is None:
-            before = await run_in_threadpool(self._count_history, output.run_id)
-        await run_in_threadpool(self.sync.record_sync, output.run_id, before + len(output.messages))
+            before = await off_loop(self._count_history, output.run_id)
+        await off_loop(self.sync.record_sync, output.run_id, before + len(output.messages))
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
@@ -319,10 +319,10 @@ class AguiStream:
             return None
         known = self.synced_messages
         if known is None:
-            known = await run_in_threadpool(self._count_history, "")
+            known = await off_loop(self._count_history, "")
         if prior >= known:
             return None
-        runs = await run_in_threadpool(self.served.db.read_runs, self.thread_id)
+        runs = await off_loop(self.served.db.read_runs, self.thread_id)
         messages: list[Any] = []
         for run in runs:
             messages.extend(stored_messages(run.run_id, run.messages))
@@ -330,7 +330,7 @@ class AguiStream:
         return agui.MessagesSnapshotEvent(messages=messages)
 
     async def _delta(self) -> Any:
-        patch = await run_in_threadpool(self.sync.catch_up)
+        patch = await off_loop(self.sync.catch_up)
         if isinstance(patch, dict):
             return agui.StateSnapshotEvent(snapshot=patch)
         if not patch:

@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from statewise.db.base import validate_id
 from statewise.run.resume import paused_runs
@@ -25,6 +24,7 @@ from statewise.server._registry import Registry, Served
 from statewise.server._schema import SESSION, PausedRunList, RunResult, ok, problems
 from statewise.server._serialize import jsonable, output_json
 from statewise.server._sessions import _session
+from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
 
@@ -102,10 +102,11 @@ def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> di
 async def continue_run(
     session_id: SessionId, run_id: RunId, body: ContinueBody, registry: Reg, principal: Who
 ) -> JSONResponse:
-    _record, served = await run_in_threadpool(_session, registry, principal, session_id)
+    _record, served = await off_loop(_session, registry, principal, session_id)
     validate_id(run_id, "run_id")
     obj = _pausable(served)
     approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}
     output = await obj.acontinue_run(run_id, session_id=session_id, approvals=approvals)
-    data = await run_in_threadpool(output_json, output, served.secret_keys)
+    # `secret_keys` reads the app's registry from the database: off the loop too.
+    data = await off_loop(lambda: output_json(output, served.secret_keys))
     return JSONResponse(data)

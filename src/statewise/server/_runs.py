@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Path
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from statewise.db.base import validate_id
 from statewise.exceptions import SessionExistsError
@@ -28,6 +27,7 @@ from statewise.server._schema import (
     problems,
 )
 from statewise.server._serialize import event_json, output_json, sse
+from statewise.server._threads import off_loop
 from statewise.state.reserved import check_writable
 
 Kind = Literal["agents", "teams", "workflows"]
@@ -104,7 +104,20 @@ async def _prepare(
         check_writable(body.session_state)
     user_id = _user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
-    found = await run_in_threadpool(registry.find_session, session_id)
+    user_id = await off_loop(_own_session, registry, principal, served, session_id, user_id, body)
+    return served, session_id, user_id
+
+
+def _own_session(
+    registry: Registry,
+    principal: Principal,
+    served: Served,
+    session_id: str,
+    user_id: str | None,
+    body: RunBody,
+) -> str | None:
+    """Find the session or create it (one hop off the loop for both); the user it runs as."""
+    found = registry.find_session(session_id)
     if found is None:
         # A new session is created before the run, as a create: when two callers create
         # the same id at once, exactly one gets it. The other joins it only if it may see
@@ -112,21 +125,21 @@ async def _prepare(
         # requests); otherwise it gets an error, never a write into (or a read of) the
         # winner's session.
         try:
-            await run_in_threadpool(served.obj.create_session, session_id, user_id=user_id)
-            return served, session_id, user_id
+            served.obj.create_session(session_id, user_id=user_id)
+            return user_id
         except SessionExistsError:
-            found = await run_in_threadpool(registry.find_session, session_id)
+            found = registry.find_session(session_id)
             if found is None or found[0].user_id != user_id:
                 raise
     if not principal.can_see(found[0]):
         raise Problem(404, f"no session {session_id!r}", title="Session not found")
     if body.user_id is None:
-        user_id = found[0].user_id  # the session keeps its owner
-    return served, session_id, user_id
+        return found[0].user_id  # the session keeps its owner
+    return user_id
 
 
 async def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
-    secrets = await run_in_threadpool(lambda: served.secret_keys)  # a database read
+    secrets = await off_loop(lambda: served.secret_keys)  # a database read
     return StreamingResponse(
         _stream(events, secrets),
         media_type="text/event-stream",
@@ -161,7 +174,7 @@ async def create_run(
     output = await _start(served, body, session_id, user_id, stream=False)
     # `secret_keys` reads the app's registry from the database: off the loop, with the
     # serialization.
-    data = await run_in_threadpool(lambda: output_json(output, served.secret_keys))
+    data = await off_loop(lambda: output_json(output, served.secret_keys))
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
 
 

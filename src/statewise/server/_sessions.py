@@ -18,7 +18,6 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from statewise.agent.sessions import (
     StateRead,
@@ -58,6 +57,7 @@ from statewise.server._serialize import (
     redact_state,
     refine_list_changes,
 )
+from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
 
@@ -291,7 +291,7 @@ def get_run(
 async def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     # The one route readers poll while runs write: one hop off the loop for the whole
     # read (a sync route takes another for its dependencies' sake).
-    read, _served = await run_in_threadpool(_read, registry, principal, session_id)
+    read, _served = await off_loop(_read, registry, principal, session_id)
     return _read_body(read)
 
 

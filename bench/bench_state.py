@@ -13,7 +13,9 @@ default durability (WAL, synchronous=FULL), driven by an offline model. Measured
   runs 91-100 and 491-500 are timed between two chunks of the floor, in one invocation;
 * a run on a session holding 100,000 items (~10 MB) against one holding 100, in steady
   state and for each of the first 5 runs after the big write;
-* database bytes written per run, against the size of the change.
+* database bytes written per run, against the size of the change;
+* pages a run writes to the WAL (each one written and synced in its commit), against the
+  floor's.
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ def db_bytes(db_file: Path) -> int:
     with sqlite3.connect(db_file) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return sum(p.stat().st_size for p in db_file.parent.glob(db_file.name + "*"))
+
+
+def wal_pages_per_run(db_file: Path, run: Any, runs: int = 20) -> float:
+    """Pages one run writes to the WAL, counted from an emptied WAL: each page a commit
+    dirties (a table or index it touches) is one more page_size write to sync."""
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    for _ in range(runs):
+        run()
+    wal_bytes = Path(f"{db_file}-wal").stat().st_size
+    return (wal_bytes - 32) / (page_size + 24) / runs
 
 
 def commits_per_run(agent: Agent, session_id: str) -> int:
@@ -197,6 +211,8 @@ def main() -> None:
         },
         rounds,
     )
+    wal_pages = wal_pages_per_run(work / "bench.db", lambda: agent.run("go", session_id="long"))
+    floor_pages = wal_pages_per_run(work / "floor.db", bare.run)
     construct_us, construct_peak = construction(agent.db, 2_000 if args.quick else 10_000)  # type: ignore[arg-type]
 
     # Runs 91-100 and 491-500 of fresh sessions, each chunk between two chunks of the floor.
@@ -242,6 +258,7 @@ def main() -> None:
         ("in-memory run (no database)", f"{ms['memory']:.3f} ms", ""),
         ("commits per one-tool-call run", f"{commits}", ""),
         ("floor: the bare SQLite commits of a run", f"{f:.3f} ms", "1.00x"),
+        ("pages written to the WAL per run", f"{wal_pages:.1f}", f"floor {floor_pages:.1f}"),
         ("run #1 (new session)", f"{ms['new']:.3f} ms", f"{ms['new'] / f:.2f}x floor"),
         (
             "run #10 of a session",

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from statewise import Agent
+from statewise.db.records import ScopeKey
 from statewise.db.testing import Harness
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
@@ -65,3 +66,33 @@ def test_threads_on_two_handles_lose_nothing_on_every_backend(harness: Harness) 
         t.join()
     items = agents[0].get_session_state("shared")["items"]
     assert len(items) == 1 + 4 * 15
+
+
+def test_a_run_after_the_user_scope_moved_commits_its_session_writes(harness: Harness) -> None:
+    """The session is cached and only its `user:` scope moved (a run on another session of
+    the user wrote it): the reload keeps the session's own tree, and what the next run
+    appends there is committed, not only changed in the cached tree."""
+
+    def add(session_state: dict[str, Any], item: str) -> str:
+        session_state["items"].append(item)
+        session_state["user:count"] = session_state.get("user:count", 0) + 1
+        return "ok"
+
+    agent = Agent(
+        model=FunctionModel(model),
+        tools=[add],
+        db=harness.db,
+        session_state={"items": []},
+        user_id="u",
+    )
+    agent.run("one", session_id="s1")
+    agent.run("x", session_id="s3")
+    agent.run("two", session_id="s1")
+    expected = {"items": ["one", "two"], "user:count": 3}
+    assert agent.get_session_state("s1") == expected
+    fresh = Agent(model=FunctionModel(model), db=harness.reopen(), user_id="u")
+    assert fresh.get_session_state("s1") == expected
+    appended = [
+        op["value"] for d in harness.db.read_deltas(ScopeKey("session", "s1")) for op in d.ops
+    ]
+    assert appended[-2:] == ["one", "two"]

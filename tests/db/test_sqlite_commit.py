@@ -167,3 +167,25 @@ def test_the_same_commit_sent_twice_lands_once(tmp_path: Path) -> None:
         )
     assert [e.seq for e in db.read_events("t")] == [1, 2, 3]
     assert [d.version for d in db.read_deltas(key)] == [1, 2]
+
+
+def wal_header(db_file: Path) -> bytes:
+    return Path(f"{db_file}-wal").read_bytes()[:32]
+
+
+def test_a_write_that_fills_the_wal_starts_it_over_itself(tmp_path: Path) -> None:
+    """A commit bigger than the WAL's checkpoint threshold copies the WAL into the database
+    as it ends. Starting the WAL over (a new header, synced) is its cost too: the next
+    small run finds the WAL started and appends to it, with the header left as it was."""
+    db_file = tmp_path / "s.db"
+    agent = make_agent(db_file)
+    agent.run("a", session_id="s")
+    before = wal_header(db_file)
+    agent.state.for_session("s").set("items", ["x" * 5_000_000])
+    after_write = wal_header(db_file)
+    agent.run("b", session_id="s")
+    agent.run("c", session_id="s")
+
+    assert after_write != before  # the write started the WAL over...
+    assert wal_header(db_file) == after_write  # ...so the runs after it did not
+    assert make_agent(db_file).get_session_state("s")["items"] == ["x" * 5_000_000, "b", "c"]

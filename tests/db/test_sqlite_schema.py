@@ -4,6 +4,12 @@
 then: snapshots, deltas and events WITHOUT ROWID): an agent with one tool ran 13 times on
 session s1 (user u1, app "fixture"), once on s2, wrote a 33 KB value (stored with a
 snapshot) and set `app:flag`. `data/schema_v1.json` holds what it read back then.
+
+`data/schema_v4.db` was written by statewise with schema version 4 (sessions indexed on
+`updated_at`): agents of apps "a" and "b" ran on sessions s1-s5 of users u1, u2 and none,
+a few milliseconds apart, s1 again last but one. `data/schema_v4.json` holds what that
+code read back: the session listings (all, per user, per app, paged), runs, event counts
+and states.
 """
 
 from __future__ import annotations
@@ -99,3 +105,69 @@ def test_a_new_database_keeps_large_payloads_in_rowid_tables(tmp_path: Path) -> 
     for table in LARGE_PAYLOAD_TABLES:
         assert "WITHOUT ROWID" not in sql[f"t_{table}"]
         assert "UNIQUE INDEX" in sql[f"t_{table}_by_key"]
+
+
+def session_indexes(db_file: Path, prefix: str = "statewise_") -> dict[str, list[str]]:
+    with sqlite3.connect(db_file) as conn:
+        names = [
+            row[1] for row in conn.execute(f"PRAGMA index_list('{prefix}sessions')").fetchall()
+        ]
+        return {
+            name: [row[2] for row in conn.execute(f"PRAGMA index_info('{name}')").fetchall()]
+            for name in names
+        }
+
+
+def test_a_schema_4_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
+    target = tmp_path / "v4.db"
+    shutil.copy(DATA / "schema_v4.db", target)
+    expected = json.loads((DATA / "schema_v4.json").read_text())
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert ["updated_at"] in session_indexes(target).values()
+
+    db = SqliteDb(db_file=target)
+    try:
+        assert all("updated_at" not in columns for columns in session_indexes(target).values())
+        assert [s.to_dict() for s in db.list_sessions()] == expected["all"]
+        assert [s.session_id for s in db.list_sessions(user_id="u1")] == expected["u1"]
+        page = db.list_sessions(user_id="u2", limit=1, offset=1)
+        assert [s.session_id for s in page] == expected["u2_page"]
+        assert [s.session_id for s in db.list_sessions(app_name="a")] == expected["app_a"]
+        u1_b = db.list_sessions(user_id="u1", app_name="b")
+        assert [s.session_id for s in u1_b] == expected["u1_b"]
+        pages = [
+            s.session_id for off in range(0, 5, 2) for s in db.list_sessions(limit=2, offset=off)
+        ]
+        assert pages == expected["pages"]
+        for session in db.list_sessions():
+            sid = session.session_id
+            assert len(db.read_events(sid)) == expected["events"][sid]
+            assert [r.to_dict() for r in db.read_runs(sid)] == expected["runs"][sid]
+            agent = Agent(
+                model=FunctionModel(model),
+                tools=[add],
+                db=db,
+                user_id=session.user_id,
+                app_name=session.app_name,
+            )
+            assert agent.get_session_state(sid) == expected["states"][sid]
+        # A run stamps its session: it comes first again, overall and for its user.
+        agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1", app_name="b")
+        agent.run("go", session_id="s3")
+        assert db.list_sessions(limit=1)[0].session_id == "s3"
+        assert [s.session_id for s in db.list_sessions(user_id="u1")] == ["s3", "s1"]
+        assert db.prune_sessions(older_than=0, user_id="u2") == 2
+        assert sorted(s.session_id for s in db.list_sessions()) == ["s1", "s3", "s4"]
+    finally:
+        db.close()
+    with SqliteDb(db_file=target) as again:  # opening it again migrates nothing
+        assert [s.session_id for s in again.list_sessions(limit=1)] == ["s3"]
+
+
+def test_a_new_database_has_no_index_that_every_commit_moves(tmp_path: Path) -> None:
+    with SqliteDb(db_file=tmp_path / "new.db", table_prefix="t_"):
+        pass
+    indexes = session_indexes(tmp_path / "new.db", "t_")
+    assert all("updated_at" not in columns for columns in indexes.values())
+    assert ["user_id"] in indexes.values()

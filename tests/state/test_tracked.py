@@ -255,6 +255,23 @@ def test_replace_contents_and_set_recorder_are_root_only() -> None:
         state["b"].replace_contents({})
 
 
+def test_replace_contents_records_writes_to_the_children_it_puts_back() -> None:
+    """A reload keeps the scopes that did not move: their tracked children go back into
+    the root, and what is written to them later is recorded like any write."""
+    state, rec, _ = make({"items": ["a"], "user:n": 1})
+    state["items"].append("b")  # wraps the list
+    kept = {k: v for k, v in dict.items(state) if not k.startswith("user:")}
+    state.replace_contents({**kept, "user:n": 2})
+    rec.ops.clear()
+    state["items"].append("c")
+    state["items"][0] = "z"
+    assert rec.ops == [
+        Op(op="append", path=("items",), value="c"),
+        Op(op="set", path=("items", 0), value="z"),
+    ]
+    assert state == {"items": ["z", "b", "c"], "user:n": 2}
+
+
 def test_to_plain() -> None:
     state, _, _ = make({"a": {"b": [1]}})
     plain = to_plain(state)

@@ -9,6 +9,7 @@ not shareable) and a process-wide lock so threads queue instead of spinning on S
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import os
@@ -67,11 +68,15 @@ class _Landed(Exception):
 LARGE_VALUE = 64 * 1024
 """A text this long is bound through a statement of its own (see `_insert_rows`)."""
 
+WAL_AUTOCHECKPOINT = 1000
+"""Pages the WAL holds before the commit that passes this many copies them into the
+database file (SQLite's default, set explicitly because `SqliteDb.commit` counts on it)."""
+
 
 def _insert_rows(
     conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
-) -> None:
-    """INSERT `rows` into `table`.
+) -> int:
+    """INSERT `rows` into `table`; the length of the large texts among them.
 
     SQLite keeps its copy of a value bound to a cached statement until that statement is
     bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
@@ -88,12 +93,15 @@ def _insert_rows(
     elif small:
         conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
     if len(small) == len(rows):
-        return
+        return 0
     large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
+    written = 0
     for row in rows:
         if _holds_large_text(row):
             conn.execute(large_sql, (*row, 1))
+            written += sum(len(value) for value in row if isinstance(value, str))
     conn.execute(large_sql, (*(None,) * width, 0))  # inserts nothing; frees the copies
+    return written
 
 
 def _holds_large_text(row: tuple[Any, ...]) -> bool:
@@ -218,6 +226,16 @@ def _migrations(p: str) -> list[str]:
             PRIMARY KEY (session_id, run_id)
         ) WITHOUT ROWID;
         """,
+        # 5: no index on sessions.updated_at. Every commit moves it (it stamps the
+        # session), so both indexes holding it cost a page each in every commit's WAL write,
+        # two of the ten or so a commit writes; they served only list_sessions' order and
+        # prune_sessions, which now sort and scan the sessions table (one row per session)
+        # or, for one user, that user's sessions, found by an index that never moves.
+        f"""
+        DROP INDEX {p}sessions_by_user;
+        DROP INDEX {p}sessions_by_time;
+        CREATE INDEX {p}sessions_of_user ON {p}sessions (user_id);
+        """,
     ]
 
 
@@ -287,6 +305,11 @@ class SqliteDb(BaseDb):
             self._prepare_path(Path(self.db_file))
         self._migrate()
         self._identity = self._file_identity()
+        conn = self._conn
+        in_wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        # How much text one commit writes to fill the WAL (see `_restart_wal`).
+        self._wal_pages_bytes = WAL_AUTOCHECKPOINT * page_size if in_wal else float("inf")
 
     def __repr__(self) -> str:
         return f"SqliteDb(db_file={self.db_file!r})"
@@ -342,6 +365,7 @@ class SqliteDb(BaseDb):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT}")
         except sqlite3.Error as exc:
             raise DatabaseUnavailableError(
                 f"cannot open SQLite database {self.db_file!r}: {exc}"
@@ -709,11 +733,33 @@ class SqliteDb(BaseDb):
 
     def commit(self, commit: Commit) -> CommitResult:
         try:
-            return self._write(lambda conn: self._commit_in(conn, commit))
+            result, large = self._write(lambda conn: self._commit_in(conn, commit))
         except _Landed as landed:
             return landed.result  # (what this attempt changed was rolled back)
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+        if large >= self._wal_pages_bytes:
+            self._restart_wal()
+        return result
+
+    def _restart_wal(self) -> None:
+        """Start the WAL over now, after a commit big enough to have filled it.
+
+        Such a commit copied the WAL into the database file as it ended (the autocheckpoint),
+        and the next commit then starts the WAL from its beginning: with synchronous=FULL
+        that means writing and syncing a new WAL header, one more fsync, which fell on the
+        first small run after a big state write. Rewriting the header page here (SQLite
+        skips a row update that changes nothing, not this) starts the WAL over while the
+        big write is still the caller's cost. If it cannot run (the file is busy), the
+        next commit starts the WAL over as before: nothing is lost.
+        """
+
+        def rewrite_header(conn: sqlite3.Connection) -> None:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute(f"PRAGMA user_version={version}")
+
+        with contextlib.suppress(sqlite3.Error, DatabaseUnavailableError):
+            self._write(rewrite_header)
 
     def _landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
         """The stored result of `commit`'s id, if a commit with that id landed before."""
@@ -743,7 +789,8 @@ class SqliteDb(BaseDb):
             ),
         )
 
-    def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult:
+    def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> tuple[CommitResult, int]:
+        """Apply `commit`; its result, and the length of the large texts it wrote."""
         p = self.table_prefix
         now = time.time()
         session = commit.session
@@ -751,7 +798,7 @@ class SqliteDb(BaseDb):
         if commit.commit_id and commit.create_session:
             landed = self._landed(conn, commit)
             if landed is not None:
-                return landed
+                return landed, 0
         if commit.create_session:
             try:
                 conn.execute(
@@ -793,6 +840,7 @@ class SqliteDb(BaseDb):
                         raise
                     raise _Landed(landed) from None
         versions: dict[ScopeKey, int] = {}
+        large = 0
         for write in commit.writes:
             key = write.key
             new_version = write.base_version + 1
@@ -814,7 +862,7 @@ class SqliteDb(BaseDb):
                     (key.kind, key.id),
                 ).fetchone()
                 raise VersionConflict(str(key), write.base_version, actual[0] if actual else None)
-            _insert_rows(
+            large += _insert_rows(
                 conn,
                 f"{p}deltas",
                 "kind, scope_id, version, session_id, run_id, step, segments, conflicts, "
@@ -835,7 +883,7 @@ class SqliteDb(BaseDb):
             )
             text = write.snapshot_text
             if text is not None:
-                _insert_rows(
+                large += _insert_rows(
                     conn,
                     f"{p}snapshots",
                     "kind, scope_id, version, state",
@@ -849,7 +897,7 @@ class SqliteDb(BaseDb):
             versions[key] = new_version
         first_seq = last_seq - n_events + 1
         if commit.events:
-            _insert_rows(
+            large += _insert_rows(
                 conn,
                 f"{p}events",
                 "session_id, seq, run_id, type, data, created_at",
@@ -890,9 +938,10 @@ class SqliteDb(BaseDb):
             )
         if commit.commit_id and commit.create_session:
             self._insert_commit_id(conn, commit, versions, last_seq, now)
-        return CommitResult(
+        result = CommitResult(
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
         )
+        return result, large
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         p = self.table_prefix

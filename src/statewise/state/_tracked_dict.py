@@ -269,14 +269,20 @@ class TrackedDict(base.Node, dict[str, Any]):
     def replace_contents(self, data: Mapping[str, Any]) -> None:
         """Replace everything without recording (after a reload or rebase).
 
-        The root keeps its identity; old children are detached. Takes ownership of the
-        nested values in `data`: pass a copy if you keep mutating yours.
+        The root keeps its identity; old children are detached, and the tracked children
+        `data` puts back (a reload keeps the scopes that did not move) are attached again:
+        left detached, their later writes changed the tree but recorded nothing, and were
+        never committed. Takes ownership of the nested values in `data`: pass a copy if
+        you keep mutating yours.
         """
         self._require_root("replace_contents")
         for value in dict.values(self):
             base.detach(value, None)
         dict.clear(self)
         dict.update(self, data)
+        for key, value in dict.items(self):
+            if isinstance(value, base.Node):
+                base.attach(value, self, key)
         self._clean = False
 
 

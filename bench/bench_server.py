@@ -378,7 +378,8 @@ def main() -> None:
 
     print(f"\nstatewise HTTP API vs in-process: {args.clients} concurrent clients, ")
     print(f"{args.seconds:g}s per measure, {args.rounds} alternating rounds (medians);")
-    print("each run = 1 model step with 1 tool call writing state (3 commits)\n")
+    print("each run = 1 model step with 1 tool call writing state (3 commits);")
+    print(f"uvicorn serves with {uvicorn_stack()}\n")
     head = (
         f"{'backend':<11} {'in-proc r/s':>11} {'HTTP r/s':>9} {'HTTP/in':>8} {'p50 ms':>7} "
         f"{'p99 ms':>7} {'GET p99':>8} {'shared r/s':>10} {'errors':>6} {'lost':>5}"
@@ -396,6 +397,15 @@ def main() -> None:
     for note in notes:
         print(note)
     print("\ngoals: HTTP r/s >= 50% of in-process; GET p99 (state read during the load) <= 20 ms")
+
+
+def uvicorn_stack() -> str:
+    """The HTTP parser and event loop uvicorn picks in the server (same interpreter)."""
+    import importlib.util
+
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11 (pure Python)"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return f"{http} and {loop}"
 
 
 def _median_row(results: list[dict[str, Any]]) -> dict[str, Any]:

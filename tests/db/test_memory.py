@@ -54,3 +54,29 @@ def test_events_read_back_are_copies_each_time() -> None:
     assert [e.data for e in db.read_events("s")] == [{"items": [1, 2]}, {"items": [1, 2]}]
     assert [e.type for e in db.read_events("s", types=["b"])] == ["b"]
     assert [e.seq for e in db.read_events("s", after=1)] == [2]
+
+
+def test_a_stored_run_never_shares_objects_with_its_writer_or_readers() -> None:
+    db = InMemoryDb()
+    arguments = {"item": "milk"}
+    messages = [{"role": "assistant", "tool_calls": [{"name": "add", "arguments": arguments}]}]
+    metrics = {"tool_calls": 1}
+    run = RunRecord(session_id="s", run_id="r", messages=messages, metrics=metrics)
+    commit(db, NewEvent(type="a"), run=run)
+    arguments["item"] = "changed by the writer"  # e.g. a ToolCall the caller still holds
+    messages.append({"role": "user"})
+    metrics["tool_calls"] = 2
+    (stored,) = db.read_runs("s")
+    assert stored.messages == [
+        {"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"item": "milk"}}]}
+    ]
+    assert stored.metrics == {"tool_calls": 1}
+    stored.messages.clear()
+    stored.metrics.clear()
+    again = db.get_run("s", "r")
+    assert again is not None and len(again.messages) == 1 and again.metrics == {"tool_calls": 1}
+    later = RunRecord(session_id="s", run_id="r", status="completed", agent_name="other")
+    commit(db, run=later)  # an upsert keeps the run's origin, and takes its new body
+    final = db.get_run("s", "r")
+    assert final is not None and final.status == "completed" and final.messages == []
+    assert final.agent_name is None and final.created_at == again.created_at

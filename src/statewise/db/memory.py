@@ -2,9 +2,11 @@
 
 It stores the same encoded records as the durable backends (JSON text), so it catches a
 non-serializable value or an aliasing bug exactly where they would. The events of one
-commit (and its run record's messages and metrics, to refuse what cannot be stored) are
-encoded together, in one call: the text is the check and the copy at once, and reads,
-which are rare next to commits, decode the batch they need.
+commit and its run record's messages and metrics are encoded together, in one call: the
+text is the check and the copy at once, and reads, which are rare next to commits, decode
+the batch they need. Keeping text rather than objects also keeps a long session's
+history out of the garbage collector's way (it traced every kept message on each full
+collection).
 """
 
 from __future__ import annotations
@@ -59,6 +61,25 @@ class _Batch:
 
 # seq, run_id, type, the batch holding its data, its index there, created_at
 _EventRow = tuple[int, str | None, str, _Batch, int, float]
+# a run's scalar fields (messages and metrics left empty), and where its messages and
+# metrics are: a batch and an index (None: both empty)
+_RunRow = tuple[RunRecord, tuple[_Batch, int] | None]
+
+
+def _run_out(session_id: str, row: _RunRow) -> RunRecord:
+    """A stored run as a new record of its own."""
+    stored, body = row
+    out = RunRecord(**stored.to_dict())
+    out.messages, out.metrics = [], {}
+    if body is not None:
+        batch, index = body
+        try:
+            out.messages, out.metrics = _codec.loads(batch.text)[index]
+        except ValueError as exc:
+            raise CorruptRecordError(
+                f"session {session_id!r}: run {stored.run_id!r} is not JSON"
+            ) from exc
+    return out
 
 
 def _batch(data: list[Any]) -> _Batch:
@@ -73,7 +94,7 @@ class InMemoryDb(BaseDb):
         self._sessions: dict[str, SessionRecord] = {}
         self._scopes: dict[ScopeKey, _Scope] = {}
         self._events: dict[str, list[_EventRow]] = {}
-        self._runs: dict[str, dict[str, RunRecord]] = {}
+        self._runs: dict[str, dict[str, _RunRow]] = {}
         # session id -> commit id -> (versions, last_seq, event count), encoded on replay only
         self._commits: dict[str, dict[str, tuple[dict[ScopeKey, int], int, int]]] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
@@ -152,11 +173,22 @@ class InMemoryDb(BaseDb):
                 for write in commit.writes
             ]
             payload: list[Any] = [e.data for e in commit.events]
-            run_copy = None
+            run_copy, body = None, False
             if commit.run is not None:
-                if commit.run.messages or commit.run.metrics:
-                    payload.append((commit.run.messages, commit.run.metrics))  # or refused
-                run_copy = RunRecord(**commit.run.to_dict())
+                run = commit.run
+                body = bool(run.messages or run.metrics)
+                if body:
+                    payload.append((run.messages, run.metrics))
+                run_copy = RunRecord(
+                    session_id=run.session_id,
+                    run_id=run.run_id,
+                    status=run.status,
+                    agent_name=run.agent_name,
+                    input=run.input,
+                    content=run.content,
+                    error=run.error,
+                    created_at=run.created_at,
+                )
             batch = _batch(payload)
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
@@ -191,13 +223,14 @@ class InMemoryDb(BaseDb):
             if run_copy is not None:
                 runs = self._runs.setdefault(session.session_id, {})
                 previous = runs.get(run_copy.run_id)
-                run_copy.created_at = (
-                    previous.created_at if previous else (run_copy.created_at or now)
-                )
                 if previous is not None:  # as SQL's upsert: the run's origin stays as created
-                    run_copy.agent_name, run_copy.input = previous.agent_name, previous.input
+                    origin = previous[0]
+                    run_copy.created_at = origin.created_at
+                    run_copy.agent_name, run_copy.input = origin.agent_name, origin.input
+                else:
+                    run_copy.created_at = run_copy.created_at or now
                 run_copy.updated_at = now
-                runs[run_copy.run_id] = run_copy
+                runs[run_copy.run_id] = (run_copy, (batch, len(commit.events)) if body else None)
             if commit.commit_id:
                 self._commits.setdefault(session.session_id, {})[commit.commit_id] = (
                     dict(versions),
@@ -288,19 +321,19 @@ class InMemoryDb(BaseDb):
         self, session_id: str, *, limit: int | None = None, status: str | None = None
     ) -> list[RunRecord]:
         with self._lock:
-            runs = [
-                RunRecord(**r.to_dict())
-                for r in self._runs.get(session_id, {}).values()
-                if status is None or r.status == status
+            rows = [
+                row
+                for row in self._runs.get(session_id, {}).values()
+                if status is None or row[0].status == status
             ]
         if limit is not None:
-            runs = runs[-limit:] if limit else []
-        return runs
+            rows = rows[-limit:] if limit else []
+        return [_run_out(session_id, row) for row in rows]
 
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
         with self._lock:
-            run = self._runs.get(session_id, {}).get(run_id)
-            return RunRecord(**run.to_dict()) if run else None
+            row = self._runs.get(session_id, {}).get(run_id)
+        return _run_out(session_id, row) if row else None
 
     def list_sessions(
         self,
@@ -388,4 +421,11 @@ class InMemoryDb(BaseDb):
             self._events[session.session_id] = [
                 (e.seq, e.run_id, e.type, batch, i, e.created_at) for i, e in enumerate(events)
             ]
-            self._runs[session.session_id] = {r.run_id: RunRecord(**r.to_dict()) for r in runs}
+            bodies = _batch([(r.messages, r.metrics) for r in runs])
+            self._runs[session.session_id] = {
+                r.run_id: (
+                    RunRecord(**{**r.to_dict(), "messages": [], "metrics": {}}),
+                    (bodies, i),
+                )
+                for i, r in enumerate(runs)
+            }

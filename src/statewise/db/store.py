@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewise.db import _codec
 from statewise.db.base import BaseDb, ProbedTails, validate_id
@@ -63,6 +63,7 @@ from statewise.db.records import (
 )
 from statewise.db.replay import apply_segments
 from statewise.db.state_codec import StateCodec
+from statewise.db.transaction import AsyncTransaction, Transaction, checkout_at
 from statewise.db.working import (
     ScopeSizes,
     WorkingState,
@@ -84,9 +85,6 @@ from statewise.state.ops import Op
 from statewise.state.schema import StateSchema
 from statewise.state.secrets import REGISTRY_KEY, Cipher, registered_secrets
 from statewise.state.tracked import Recorder, track
-
-if TYPE_CHECKING:
-    from statewise.db.transaction import AsyncTransaction, Transaction
 
 COMMIT_RETRY_SECONDS = 30.0  # how long a commit keeps rebasing before it gives up
 SNAPSHOT_MIN_BYTES = 32 * 1024
@@ -213,8 +211,6 @@ class StateStore:
         `at_versions` opens the state as it was at those scope versions (what a frontend
         last saw): commits are based on them and rebase onto whatever landed since.
         """
-        from statewise.db.transaction import Transaction
-
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
         return Transaction(self, self._open(spec, policy, at_versions), policy)
 
@@ -228,8 +224,6 @@ class StateStore:
     ) -> AsyncTransaction:
         """`begin` for async callers: network databases are reached from a worker thread,
         so the event loop never waits on a round trip."""
-        from statewise.db.transaction import AsyncTransaction
-
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
         working = await self.db._run_async(self._open, spec, policy, at_versions)
         return AsyncTransaction(self, working, policy)
@@ -243,8 +237,6 @@ class StateStore:
         if at_versions is None:
             working = self.checkout(spec)
         else:
-            from statewise.db.transaction import checkout_at
-
             working = checkout_at(self, spec, at_versions)
         try:
             sid = spec.session_id
@@ -496,7 +488,9 @@ class StateStore:
     ) -> Commit:
         spec = ws.spec
         codec = self.codec
-        secrets = codec.secrets_in(ws.root)
+        # (A run's start and end commits usually write no state: nothing to look up.)
+        has_state = bool(pending.segments or pending.conflicts)
+        secrets = codec.secrets_in(ws.root) if has_state else frozenset()
         by_scope: dict[str, list[DeltaSegment]] = {}
         for source, ops in pending.segments:
             split: dict[str, list[dict[str, Any]]] = {}
@@ -508,7 +502,7 @@ class StateStore:
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
         all_events = list(events)
-        for key in spec.scope_keys():
+        for key in spec.scope_keys() if by_scope else ():
             segments = by_scope.get(key.kind)
             if not segments:
                 continue

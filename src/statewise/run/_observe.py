@@ -26,7 +26,7 @@ import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger("statewise")
 
@@ -253,23 +253,29 @@ def run_started(
     return token
 
 
+class _Summary(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 def run_finished(
-    token: Token, *, metrics: Mapping[str, Any] | None = None, error: BaseException | None = None
+    token: Token, *, metrics: _Summary | None = None, error: BaseException | None = None
 ) -> None:
+    """`metrics` (the run's `RunMetrics`) is summarised only when something records it."""
     if token.span is None and not token.debug:
         finish(token)
         return
-    if token.span is not None and metrics:
+    summary = metrics.to_dict() if metrics is not None else None
+    if token.span is not None and summary:
         for key in ("input_tokens", "output_tokens"):
-            if metrics.get(key) is not None:
-                token.span.set_attribute(f"gen_ai.usage.{key}", int(metrics[key]))
+            if summary.get(key) is not None:
+                token.span.set_attribute(f"gen_ai.usage.{key}", int(summary[key]))
         for key in ("model_requests", "tool_calls"):
-            if metrics.get(key) is not None:
-                token.span.set_attribute(f"statewise.{key}", int(metrics[key]))
+            if summary.get(key) is not None:
+                token.span.set_attribute(f"statewise.{key}", int(summary[key]))
     if error is not None and not isinstance(error, GeneratorExit):
         _log(token, token.debug, "run failed: %s: %s", type(error).__name__, error)
-    elif metrics is not None and token.debug:
-        _log(token, True, "run completed: %s", _short(dict(metrics)))
+    elif summary is not None and token.debug:
+        _log(token, True, "run completed: %s", _short(summary))
     finish(token, error)
 
 

@@ -152,8 +152,10 @@ async def drive_run(
         if replayed is not None:
             early = replayed.get("early")  # the start was committed by an earlier execution
         else:
-            early = await first_result(rt.callbacks.before_agent, available)
-            working.mark("callback:before_agent")
+            early = None
+            if rt.callbacks.before_agent:
+                early = await first_result(rt.callbacks.before_agent, available)
+                working.mark("callback:before_agent")
             started_events = [
                 NewEvent(type="run_started", run_id=run_id, data={"agent": rt.name}),
                 NewEvent(type="user_input", run_id=run_id, data={"content": request.input}),
@@ -173,7 +175,11 @@ async def drive_run(
             result.content = as_content(early)
             result.messages.append(Message(role="assistant", content=result.content))
         else:
-            history = await history_messages(store, spec.session_id, request.history_runs)
+            history = (
+                await history_messages(store, spec.session_id, request.history_runs)
+                if request.history_runs
+                else ()
+            )
             async for event in run_steps(
                 rt,
                 scope,
@@ -207,7 +213,7 @@ async def drive_run(
         raise
     finally:
         txn.close(keep=keep)
-        _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
+        _observe.run_finished(observed, metrics=metrics, error=failure)
 
 
 async def end_run(
@@ -231,7 +237,7 @@ async def end_run(
     metrics.duration += time.perf_counter() - started
     messages = [*before, *result.messages]
     record.messages = [m.to_dict() for m in messages]
-    record.metrics = metrics.to_dict()
+    record.metrics = summary = metrics.to_dict()  # (the run_completed event shows it too)
     if result.pending:
         record.status = "paused"
         pending = [p.to_dict() for p in result.pending]
@@ -256,7 +262,7 @@ async def end_run(
                 NewEvent(
                     type="run_completed",
                     run_id=run_id,
-                    data={"content": result.content, "metrics": metrics.to_dict()},
+                    data={"content": result.content, "metrics": summary},
                 ),
             ],
             run=record,
@@ -380,6 +386,8 @@ async def finish_agent(
     if rt.output_key:
         ctx.session_state[rt.output_key] = result.content
         working.mark(f"output_key{suffix}")
+    if not rt.callbacks.after_agent:
+        return
     replaced = await first_result(rt.callbacks.after_agent, available)
     if replaced is not None:
         result.content = as_content(replaced)

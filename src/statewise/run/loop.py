@@ -125,10 +125,13 @@ async def run_steps(
                 "llm_request": request,
                 "agent": rt.agent,
             }
-            response = as_response(
-                await first_result(rt.callbacks.before_model, available), "before_model_callback"
-            )
-            scope.working.mark("callback:before_model")
+            response = None
+            if rt.callbacks.before_model:
+                response = as_response(
+                    await first_result(rt.callbacks.before_model, available),
+                    "before_model_callback",
+                )
+                scope.working.mark("callback:before_model")
             if response is not None:
                 # The callback answered for the model: no model call, nothing streamed by one.
                 if stream and response.content:
@@ -160,17 +163,18 @@ async def run_steps(
                 metrics.input_tokens += response.usage.input_tokens
                 metrics.output_tokens += response.usage.output_tokens
                 result.usage = result.usage + response.usage
-            ctx.metadata["model_response"] = response
-            replaced = as_response(
-                await first_result(
-                    rt.callbacks.after_model, {**available, "llm_response": response}
-                ),
-                "after_model_callback",
-            )
-            if replaced is not None:
-                response = replaced
-            ctx.metadata.pop("model_response", None)
-            scope.working.mark("callback:after_model")
+            if rt.callbacks.after_model:
+                ctx.metadata["model_response"] = response
+                replaced = as_response(
+                    await first_result(
+                        rt.callbacks.after_model, {**available, "llm_response": response}
+                    ),
+                    "after_model_callback",
+                )
+                if replaced is not None:
+                    response = replaced
+                ctx.metadata.pop("model_response", None)
+                scope.working.mark("callback:after_model")
             _check_response(response)
             assistant = response.to_message()
             result.messages.append(assistant)
@@ -322,18 +326,22 @@ def _request_record(
     """What the model was sent, for the event log: the system prompt as rendered and the
     messages new since the model's last answer (earlier ones are in earlier events), each
     cut at a few thousand characters. A prompt showing secrets to the model is not kept."""
-    exposes = getattr(rt.agent, "expose_secrets_to_model", False) and (
-        scope.store.secret_keys_in(scope.working.root)
-    )
-    if system is not None and exposes:
+    if (
+        system is not None
+        and getattr(rt.agent, "expose_secrets_to_model", False)
+        and scope.store.secret_keys_in(scope.working.root)
+    ):
         system = "(not recorded: it shows secret values to the model)"
-    last_answer = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    new = [m for m in messages[last_answer + 1 :] if m.role != "system"]
-    return {
-        "system": _cut(system),
-        "message_count": len(messages),
-        "new_messages": [{**m.to_dict(), "content": _cut(m.content)} for m in new[-20:]],
-    }
+    start = len(messages)  # just after the model's last answer
+    while start and messages[start - 1].role != "assistant":
+        start -= 1
+    recorded = []
+    for m in [m for m in messages[start:] if m.role != "system"][-20:]:
+        data = m.to_dict()
+        if m.content is not None and len(m.content) > _KEEP_CHARS:
+            data["content"] = _cut(m.content)
+        recorded.append(data)
+    return {"system": _cut(system), "message_count": len(messages), "new_messages": recorded}
 
 
 def _cut(text: str | None) -> str | None:
@@ -469,6 +477,7 @@ async def call_tool(
             f"Error: the arguments for tool {call.name!r} are not valid JSON "
             f"({call.arguments_error}). Call it again with a JSON object."
         ), True
+    callbacks = rt.callbacks.before_tool or rt.callbacks.after_tool
     available: dict[str, Any] = {
         "callback_context": ctx,
         "tool_context": ctx,
@@ -481,7 +490,7 @@ async def call_tool(
         "approval": approval,
     }
     try:
-        value = await first_result(rt.callbacks.before_tool, available)
+        value = await first_result(rt.callbacks.before_tool, available) if callbacks else None
         if isinstance(value, RequestApproval):
             if approval is None:
                 working.rollback_to(savepoint)
@@ -502,16 +511,18 @@ async def call_tool(
             value = await call_with_hooks(
                 function, call.arguments, rt.tool_hooks, injected, offload=not on_private_loop()
             )
-        replaced = await first_result(
-            rt.callbacks.after_tool, {**available, "tool_response": value, "result": value}
-        )
-        if replaced is not None:
-            value = replaced
-        # A nested run (a team member) may have committed meanwhile: then every op still
-        # pending is this call's.
-        ops = working.recorder.ops
-        new_ops = ops if savepoint < working.clean else ops[ops_before:]
-        scope.store.validate(working, {str(op.path[0]) for op in new_ops})
+        if rt.callbacks.after_tool:
+            replaced = await first_result(
+                rt.callbacks.after_tool, {**available, "tool_response": value, "result": value}
+            )
+            if replaced is not None:
+                value = replaced
+        if scope.store.schema is not None:
+            # A nested run (a team member) may have committed meanwhile: then every op
+            # still pending is this call's.
+            ops = working.recorder.ops
+            new_ops = ops if savepoint < working.clean else ops[ops_before:]
+            scope.store.validate(working, {str(op.path[0]) for op in new_ops})
         text = format_tool_result(value)
         problem = text_problem(text)
         if problem is not None:

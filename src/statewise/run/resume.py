@@ -416,4 +416,4 @@ async def _continue_claimed(
         raise
     finally:
         txn.close(keep=keep)
-        _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
+        _observe.run_finished(observed, metrics=metrics, error=failure)

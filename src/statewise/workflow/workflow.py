@@ -428,7 +428,7 @@ class Workflow(SessionOwner):
             raise
         finally:
             txn.close(keep=keep)
-            _observe.run_finished(observed, metrics=metrics.to_dict(), error=failure)
+            _observe.run_finished(observed, metrics=metrics, error=failure)
 
     @overload
     async def arun(

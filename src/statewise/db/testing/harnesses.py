@@ -61,7 +61,8 @@ class MemoryHarness(Harness):
                 i = next(i for i, row in enumerate(events) if row[0] == int(at))
                 events[i] = (*events[i][:3], _Batch(GARBAGE), 0, events[i][5])
             else:
-                raise NotImplementedError("InMemoryDb keeps runs as objects: nothing to corrupt")
+                runs = db._runs[_need(session_id, "session_id")]
+                runs[str(at)] = (runs[str(at)][0], (_Batch(GARBAGE), 0))
 
 
 class SqliteHarness(Harness):

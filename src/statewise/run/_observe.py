@@ -118,7 +118,7 @@ def _quiet_under(parent: Any) -> bool:
     """True when `parent` belongs to a run that is neither traced nor logged: its steps,
     calls and commits then record nothing, and cost no more than this lookup."""
     node = _node(parent)
-    return node is not None and node.span is None and not node.debug
+    return node is not None and node.quiet
 
 
 def debugging(key: Any) -> bool:
@@ -148,11 +148,10 @@ def _start(
         # tell its children exactly what the run's node tells them.
         return _QUIET
     span = None
-    provider = _trace.get_tracer_provider() if _trace is not None else None
-    # No provider configured (the API's proxy): spans would record nothing, so none are
-    # made; on a small in-memory run they were a quarter of its time.
-    if _trace is not None and not isinstance(provider, _trace.ProxyTracerProvider):
-        tracer = _trace.get_tracer("statewise", tracer_provider=provider)
+    # With no provider configured spans would record nothing, so none are made; on a
+    # small in-memory run they were a quarter of its time.
+    if _trace is not None and not _untraced():
+        tracer = _trace.get_tracer("statewise", tracer_provider=_trace.get_tracer_provider())
         context = (
             _trace.set_span_in_context(parent_node.span)
             if parent_node is not None and parent_node.span is not None

@@ -79,6 +79,15 @@ _LOCK_CLASS = 0x5357  # "SW": first key of the advisory lock, the schema's hash 
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
+def _probed(
+    row: Sequence[Any], keys: Sequence[ScopeKey]
+) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+    """The session (None if there is none) and each scope's version, from a row of
+    `probe_query` (or of `probe_tails_query`, which starts with its columns)."""
+    versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
+    return (_session_from_row(row) if row[0] is not None else None), versions
+
+
 class PostgresDb(BaseDb):
     """Sessions in PostgreSQL (or anything speaking its protocol), inside `schema`."""
 
@@ -248,8 +257,7 @@ class PostgresDb(BaseDb):
             ).fetchone()
         )
         assert row is not None
-        versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
-        return (_session_from_row(row) if row[0] is not None else None), versions
+        return _probed(row, keys)
 
     def probe_tails(self, session_id: str, bases: Mapping[ScopeKey, int]) -> ProbedTails:
         """One round trip (see `BaseDb.probe_tails`)."""
@@ -265,7 +273,7 @@ class PostgresDb(BaseDb):
             (session_id, kinds, ids, kinds, ids, [bases[k] for k in keys]),
         ).fetchone()
         assert row is not None
-        versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
+        record, versions = _probed(row, keys)
         tails: dict[ScopeKey, list[DeltaRecord]] = {
             key: [] for key in keys if versions[key] != bases[key]
         }
@@ -273,7 +281,7 @@ class PostgresDb(BaseDb):
             key = keys[ordinal - 1]
             if key in tails:
                 tails[key].append(decode_delta_row(key, version, *fields))
-        return (_session_from_row(row) if row[0] is not None else None), versions, tails
+        return record, versions, tails
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
         rows = self._read(

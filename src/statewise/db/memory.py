@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -66,11 +66,16 @@ _EventRow = tuple[int, str | None, str, _Batch, int, float]
 _RunRow = tuple[RunRecord, tuple[_Batch, int] | None]
 
 
+def _without_body(run: RunRecord) -> RunRecord:
+    """A copy of `run`'s own fields, messages and metrics left empty (they are kept as
+    JSON text beside it)."""
+    return replace(run, messages=[], metrics={})
+
+
 def _run_out(session_id: str, row: _RunRow) -> RunRecord:
     """A stored run as a new record of its own."""
     stored, body = row
-    out = RunRecord(**stored.to_dict())
-    out.messages, out.metrics = [], {}
+    out = _without_body(stored)
     if body is not None:
         batch, index = body
         try:
@@ -179,16 +184,7 @@ class InMemoryDb(BaseDb):
                 body = bool(run.messages or run.metrics)
                 if body:
                     payload.append((run.messages, run.metrics))
-                run_copy = RunRecord(
-                    session_id=run.session_id,
-                    run_id=run.run_id,
-                    status=run.status,
-                    agent_name=run.agent_name,
-                    input=run.input,
-                    content=run.content,
-                    error=run.error,
-                    created_at=run.created_at,
-                )
+                run_copy = _without_body(run)
             batch = _batch(payload)
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
@@ -423,9 +419,5 @@ class InMemoryDb(BaseDb):
             ]
             bodies = _batch([(r.messages, r.metrics) for r in runs])
             self._runs[session.session_id] = {
-                r.run_id: (
-                    RunRecord(**{**r.to_dict(), "messages": [], "metrics": {}}),
-                    (bodies, i),
-                )
-                for i, r in enumerate(runs)
+                r.run_id: (_without_body(r), (bodies, i)) for i, r in enumerate(runs)
             }

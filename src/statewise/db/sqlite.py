@@ -87,19 +87,21 @@ def _insert_rows(
     """
     width = len(rows[0]) if rows else 0
     marks = ",".join("?" * width)
-    small = [row for row in rows if not _holds_large_text(row)]
+    small: list[tuple[Any, ...]] = []
+    large: list[tuple[Any, ...]] = []
+    for row in rows:
+        (large if _holds_large_text(row) else small).append(row)
     if len(small) == 1:
         conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
     elif small:
         conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
-    if len(small) == len(rows):
+    if not large:
         return 0
     large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
     written = 0
-    for row in rows:
-        if _holds_large_text(row):
-            conn.execute(large_sql, (*row, 1))
-            written += sum(len(value) for value in row if isinstance(value, str))
+    for row in large:
+        conn.execute(large_sql, (*row, 1))
+        written += sum(len(value) for value in row if isinstance(value, str))
     conn.execute(large_sql, (*(None,) * width, 0))  # inserts nothing; frees the copies
     return written
 

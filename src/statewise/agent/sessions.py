@@ -15,11 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from statewise.db.records import NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import TTL_KEY, SessionSpec, StateStore, scope_of, visible_state
+from statewise.db.store import (
+    TTL_KEY,
+    SessionSpec,
+    StateStore,
+    owned_spec,
+    scope_of,
+    visible_state,
+)
 from statewise.exceptions import (
     SessionNotFoundError,
     StaleStateVersionError,
@@ -72,13 +79,7 @@ def read_session_state(owner: _HasStore, session_id: str) -> StateRead:
     record, versions = store.db.probe(spec.session_id, keys)
     if record is None:
         raise SessionNotFoundError(f"no session {spec.session_id!r}")
-    # An existing session's owner and app are its own, whoever reads it.
-    spec = replace(
-        spec,
-        user_id=record.user_id or spec.user_id,
-        app_name=record.app_name or spec.app_name,
-        kind=record.kind,
-    )
+    spec = owned_spec(spec, record)
     tree = None
     if spec.scope_keys() == keys:
         tree = store.cache.tree_if_current(spec.session_id, versions)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from statewise.db.records import DeltaRecord, NewEvent, ScopeKey, SessionRecord
@@ -219,6 +219,16 @@ def resplit(
         if new_ops:
             out.append((source, new_ops))
     return out + tail
+
+
+def owned_spec(spec: SessionSpec, record: SessionRecord) -> SessionSpec:
+    """`spec` as the stored session has it: an existing session's owner, app and kind
+    are its own, whoever reads it. `spec` itself when they already agree."""
+    user_id = record.user_id or spec.user_id
+    app_name = record.app_name or spec.app_name
+    if user_id == spec.user_id and app_name == spec.app_name and record.kind == spec.kind:
+        return spec
+    return replace(spec, user_id=user_id, app_name=app_name, kind=record.kind)
 
 
 def check_identity(

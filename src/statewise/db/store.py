@@ -42,6 +42,7 @@ from statewise.db.planning import (
     catch_up,
     check_identity,
     is_contiguous,
+    owned_spec,
     rebase_scope,
     rebuild,
     resplit,
@@ -288,18 +289,8 @@ class StateStore:
             validate_id(spec.user_id, "user_id")
         keys = spec.scope_keys()
         record, versions = self.db.probe(spec.session_id, keys)
-        if record is not None and (
-            (record.user_id or spec.user_id) != spec.user_id
-            or (record.app_name or spec.app_name) != spec.app_name
-            or record.kind != spec.kind
-        ):
-            # An existing session's owner and app are its own, whoever reads it.
-            owned = replace(
-                spec,
-                user_id=record.user_id or spec.user_id,
-                app_name=record.app_name or spec.app_name,
-                kind=record.kind,
-            )
+        owned = spec if record is None else owned_spec(spec, record)
+        if owned is not spec:
             if owned.scope_keys() != keys:
                 spec, keys = owned, owned.scope_keys()
                 record, versions = self.db.probe(spec.session_id, keys)
@@ -759,6 +750,7 @@ __all__ = [
     "clear_expiry",
     "expire_keys",
     "new_id",
+    "owned_spec",
     "scope_of",
     "set_expiry",
     "visible_state",

@@ -1,7 +1,7 @@
 """The HTTP API under load, against the same agent run in-process, on every backend.
 
     python bench/bench_server.py [--seconds 5] [--clients 16] [--rounds 2]
-                                 [--pg URL] [--redis URL]
+                                 [--pg URL] [--redis URL] [--only BACKEND]
 
 The server runs in its own process (uvicorn, one worker) with an offline agent whose every
 run calls one tool that appends to state, so each run makes its three commits (run start,
@@ -339,6 +339,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pg", default=os.environ.get("STATEWISE_BENCH_PG", PG_URL))
     parser.add_argument("--redis", default=os.environ.get("STATEWISE_BENCH_REDIS", REDIS_URL))
+    parser.add_argument(
+        "--only", choices=["sqlite", "postgresql", "redis"], help="measure this backend only"
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--probe", help=argparse.SUPPRESS)
@@ -354,6 +357,8 @@ def main() -> None:
     rows: list[tuple[str, float, dict[str, Any], dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         found, notes = backends(args, tmp)
+        if args.only:
+            found = [b for b in found if b[0].lower() == args.only]
         for name, url, cleanup in found:
             server = Server(url)
             try:

@@ -14,10 +14,11 @@ They work on any façade object with a state store (Agent, Team, Workflow).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from statewise.db.base import ScopesRead
 from statewise.db.records import NewEvent, ScopeKey, SessionRecord
 from statewise.db.store import (
     TTL_KEY,
@@ -67,29 +68,64 @@ def read_session_state(owner: _HasStore, session_id: str) -> StateRead:
     """A session's state (as `get_session_state` shows it: `user:`/`app:` defaults fill
     missing shared keys) and the version of exactly that state, read together.
 
-    A reader must not get in a run's way: one probe of the session and its scopes, then a
-    copy of the cached tree when it is at those versions (a read of a busy session costs
-    no load and leaves the tree in the cache for the next run). Otherwise the scopes are
-    checked out as a run would (loading what is stale), and the tree is cached for the
-    next reader. Raises SessionNotFoundError for a session that does not exist.
+    A reader must not get in a run's way: one read of the session and its scopes, which
+    loads only the scopes that moved since the tree last read (or cached by a run), and
+    copies the rest from that tree (`BaseDb.read_scopes`). Raises SessionNotFoundError for
+    a session that does not exist.
     """
+    flow = _read_flow(owner, session_id)
+    asked = next(flow)
+    while True:
+        try:
+            asked = flow.send(owner._store.db.read_scopes(*asked))
+        except StopIteration as done:
+            result: StateRead = done.value
+            return result
+
+
+async def aread_session_state(owner: _HasStore, session_id: str) -> StateRead:
+    """`read_session_state` for async callers: the read goes through the database's async
+    driver where it has one (PostgreSQL, Redis), so it queues behind no thread."""
+    flow = _read_flow(owner, session_id)
+    asked = next(flow)
+    while True:
+        try:
+            asked = flow.send(await owner._store.db.aread_scopes(*asked))
+        except StopIteration as done:
+            result: StateRead = done.value
+            return result
+
+
+_Ask = tuple[str, Sequence[ScopeKey], dict[ScopeKey, int]]
+
+
+def _read_flow(owner: _HasStore, session_id: str) -> Generator[_Ask, ScopesRead, StateRead]:
+    """The state read without its I/O: yields what to read (`BaseDb.read_scopes`'s
+    arguments), is sent what was read, returns the StateRead."""
     store = owner._store
     spec = owner._spec(session_id, None)
-    keys = (store.cache.spec_of(spec.session_id) or spec).scope_keys()
-    record, versions = store.db.probe(spec.session_id, keys)
-    if record is None:
-        raise SessionNotFoundError(f"no session {spec.session_id!r}")
-    spec = owned_spec(spec, record)
-    tree = None
-    if spec.scope_keys() == keys:
-        tree = store.cache.tree_if_current(spec.session_id, versions)
-    if tree is None:
-        with store.begin(spec, mode="existing") as txn:
-            record = txn.working.record or record
-            versions = dict(txn.working.versions)
-            tree = {k: copy_json(v) for k, v in dict.items(txn.working.root)}
+    sid = spec.session_id
+    keys = (store.cache.spec_of(sid) or spec).scope_keys()
+    held = store.cache.held_versions(sid)
+    while True:
+        record, versions, loaded = yield sid, keys, held
+        if record is None:
+            raise SessionNotFoundError(f"no session {sid!r}")
+        owned = owned_spec(spec, record)
+        if owned.scope_keys() != keys:  # someone else's session: read its owner's scopes
+            keys = owned.scope_keys()
+            continue
+        kept = {k: v for k, v in versions.items() if k not in loaded}
+        tree = store.cache.read_tree(sid, kept)
+        if tree is not None:
+            break
+        held = {}  # a run moved what was held meanwhile: load every scope
+    for key, scope in loaded.items():
+        tree.update(store.codec.decode_scope(key, scope.data))
+    store.cache.keep_read(owned, versions, tree)
+    tree = dict(tree)  # the kept tree's values are shared: only the top level changes below
     _drop_expired(tree)
-    own_version = versions.get(ScopeKey("session", spec.session_id), 0)
+    own_version = versions.get(ScopeKey("session", sid), 0)
     defaults = getattr(owner, "_default_state", None)
     if defaults is not None:
         fresh = record.last_seq == 0 and own_version == 0
@@ -229,6 +265,7 @@ __all__ = [
     "StaleStateVersionError",
     "StateRead",
     "apply_merge_patch",
+    "aread_session_state",
     "merge_patch_session_state",
     "read_session_state",
     "replace_session_state",

@@ -35,6 +35,10 @@ ProbedTails = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, li
 """What `probe_tails` reads: the session row, each scope's version, and the deltas each
 scope got after a given base."""
 
+ScopesRead = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, ScopeState]]
+"""What `read_scopes` reads: the session row, each scope's version, and the state of each
+scope that is not at the version the reader holds."""
+
 _PRIVATE_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "statewise_private_loop", default=False
 )
@@ -231,6 +235,21 @@ class BaseDb(ABC):
         }
         return record, versions, tails
 
+    def read_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """`probe`, and `load_scopes` of the scopes whose version is not the one in `held`
+        (the versions of the scopes a reader kept from its last read): what a reader
+        outside a run needs. Nothing is loaded for a session that does not exist.
+
+        Written once here as two calls; a backend overrides it with one round trip (and
+        then the versions and the states come from one snapshot of the database)."""
+        record, versions = self.probe(session_id, keys)
+        moved = [k for k in keys if versions[k] != held.get(k)] if record is not None else []
+        loaded = self.load_scopes(moved) if moved else {}
+        versions.update({key: scope.version for key, scope in loaded.items()})
+        return record, versions, loaded
+
     def commit_rebased(
         self,
         session_id: str,
@@ -302,6 +321,13 @@ class BaseDb(ABC):
         self, session_id: str, keys: Sequence[ScopeKey]
     ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
         return await self._run_async(self.probe, session_id, keys)
+
+    async def aread_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """`read_scopes` for async callers: the read a server makes while runs write, so
+        PostgreSQL and Redis override it with their async drivers (on the loop, no thread)."""
+        return await self._run_async(self.read_scopes, session_id, keys, held)
 
     async def aload_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
         return await self._run_async(self.load_scopes, keys)

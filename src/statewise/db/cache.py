@@ -1,14 +1,22 @@
 """Checked-in session trees, by session id: a bounded LRU shared by one database, so an
-unchanged session is neither re-read nor re-parsed by its next run."""
+unchanged session is neither re-read nor re-parsed by its next run.
+
+Beside them, the tree a reader outside a run last read of a session (plain, never changed
+once kept): a run takes its session's tree out of the cache for the whole run, so a reader
+polling a busy session would otherwise load every scope at each read. With this, a read
+loads only the scopes that moved since the last one (`BaseDb.read_scopes`).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import BaseDb
+from statewise.db.planning import scope_of
 from statewise.db.records import ScopeKey
 from statewise.state.tracked import to_plain
 
@@ -17,12 +25,21 @@ if TYPE_CHECKING:
     from statewise.db.working import WorkingState
 
 CACHE_SIZE = 512
+READS_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    spec: SessionSpec
+    versions: dict[ScopeKey, int]
+    tree: dict[str, Any]
 
 
 class SessionCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, WorkingState] = OrderedDict()
+        self._reads: OrderedDict[str, _Read] = OrderedDict()
 
     def take(self, session_id: str) -> WorkingState | None:
         with self._lock:
@@ -48,23 +65,55 @@ class SessionCache:
             return None if entry is None else entry.plain()
 
     def spec_of(self, session_id: str) -> SessionSpec | None:
-        """Whose the cached tree is (its owner's scopes), so a reader can probe exactly
-        those scopes' versions before asking for a copy."""
+        """Whose the cached tree (or the last read one) is: its owner's scopes, so a
+        reader can read exactly those scopes."""
         with self._lock:
             entry = self._entries.get(session_id)
-            return None if entry is None else entry.spec
+            if entry is not None:
+                return entry.spec
+            read = self._reads.get(session_id)
+            return None if read is None else read.spec
 
-    def tree_if_current(
-        self, session_id: str, versions: Mapping[ScopeKey, int]
-    ) -> dict[str, Any] | None:
-        """A plain copy of the whole cached tree, engine keys included (TTLs, the secrets
-        registry), if it is exactly at `versions`. A reader copies instead of taking the
-        tree: a run starting meanwhile still finds it here instead of reloading it."""
+    def held_versions(self, session_id: str) -> dict[ScopeKey, int]:
+        """The scope versions of the newer of the cached tree and the last read one:
+        what a reader need not load again (see `read_tree`)."""
+        held: dict[ScopeKey, int] = {}
         with self._lock:
+            for found in (self._entries.get(session_id), self._reads.get(session_id)):
+                if found is not None and sum(found.versions.values()) > sum(held.values()):
+                    held = dict(found.versions)
+        return held
+
+    def read_tree(self, session_id: str, versions: Mapping[ScopeKey, int]) -> dict[str, Any] | None:
+        """The keys of exactly these scopes at exactly these versions, plain, from the last
+        read tree or a copy of the cached one; None when neither is at them (a run moved
+        them meanwhile). The values are shared with the kept tree: copy before changing."""
+        if not versions:
+            return {}
+        kinds = {key.kind for key in versions}
+        with self._lock:
+            read = self._reads.get(session_id)
+            if read is not None and all(read.versions.get(k) == v for k, v in versions.items()):
+                return {k: v for k, v in read.tree.items() if scope_of(k)[0] in kinds}
             entry = self._current(session_id, versions)
             if entry is None:
                 return None
-            return {k: to_plain(v) for k, v in dict.items(entry.root)}
+            return {k: to_plain(v) for k, v in dict.items(entry.root) if scope_of(k)[0] in kinds}
+
+    def keep_read(
+        self, spec: SessionSpec, versions: Mapping[ScopeKey, int], tree: dict[str, Any]
+    ) -> None:
+        """Keep a read tree (plain; nobody may change it from now on) for the next reader,
+        unless a newer one is kept already."""
+        sid = spec.session_id
+        with self._lock:
+            current = self._reads.get(sid)
+            if current is not None and sum(current.versions.values()) > sum(versions.values()):
+                return
+            self._reads[sid] = _Read(spec, dict(versions), tree)
+            self._reads.move_to_end(sid)
+            while len(self._reads) > READS_SIZE:
+                self._reads.popitem(last=False)
 
     def _current(self, session_id: str, versions: Mapping[ScopeKey, int]) -> WorkingState | None:
         entry = self._entries.get(session_id)
@@ -75,6 +124,7 @@ class SessionCache:
     def drop(self, session_id: str) -> None:
         with self._lock:
             self._entries.pop(session_id, None)
+            self._reads.pop(session_id, None)
 
 
 def cache_for(db: BaseDb) -> SessionCache:

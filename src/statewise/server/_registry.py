@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewise.agent.sessions import StateRead, read_session_state
+from statewise.agent.sessions import StateRead, aread_session_state, read_session_state
 from statewise.db.base import BaseDb
 from statewise.db.records import SessionRecord
 from statewise.db.store import StateStore
@@ -134,6 +134,19 @@ class Registry:
             served = self._owner(db, read.record, first)
             if served is not first:
                 read = read_session_state(served.obj, session_id)
+            return read, served
+        return None
+
+    async def aread_state(self, session_id: str) -> tuple[StateRead, Served] | None:
+        """`read_state` for the event loop (see `aread_session_state`)."""
+        for db, first in self.databases():
+            try:
+                read = await aread_session_state(first.obj, session_id)
+            except SessionNotFoundError:
+                continue
+            served = self._owner(db, read.record, first)
+            if served is not first:
+                read = await aread_session_state(served.obj, session_id)
             return read, served
         return None
 

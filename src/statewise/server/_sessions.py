@@ -57,7 +57,6 @@ from statewise.server._serialize import (
     redact_state,
     refine_list_changes,
 )
-from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
 
@@ -80,7 +79,12 @@ def _session(
 def _read(registry: Registry, principal: Principal, session_id: str) -> tuple[StateRead, Served]:
     """`_session` and the session's state in one read."""
     validate_id(session_id)
-    found = registry.read_state(session_id)
+    return _seen(registry.read_state(session_id), principal, session_id)
+
+
+def _seen(
+    found: tuple[StateRead, Served] | None, principal: Principal, session_id: str
+) -> tuple[StateRead, Served]:
     if found is None or not principal.can_see(found[0].record):
         raise Problem(404, f"no session {session_id!r}", title="Session not found")
     return found
@@ -289,9 +293,11 @@ def get_run(
     responses={**ok(StateDoc, "The state", headers=["ETag"]), **problems(*SESSION)},
 )
 async def get_state(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
-    # The one route readers poll while runs write: one hop off the loop for the whole
-    # read (a sync route takes another for its dependencies' sake).
-    read, _served = await off_loop(_read, registry, principal, session_id)
+    # The one route readers poll while runs write: the read goes through the database's
+    # async driver on the loop where it has one, so it never queues behind a run's work in
+    # a thread (a sync route would take a thread for its dependencies' sake too).
+    validate_id(session_id)
+    read, _served = _seen(await registry.aread_state(session_id), principal, session_id)
     return _read_body(read)
 
 

@@ -314,6 +314,34 @@ def load_query(s: str) -> str:
     """
 
 
+def read_query(s: str) -> str:
+    """`read_scopes` in one statement: per scope (in order) the session row's columns
+    (NULL when missing), the scope's version and, for a scope not at the version the
+    reader holds (-1: none), what `load_query` reads of it."""
+    return f"""
+        SELECT se.session_id, se.user_id, se.app_name, se.kind, se.created_at, se.updated_at,
+               se.last_seq, se.metadata, coalesce(sc.version, 0), k.held,
+               sc.snapshot_version, sc.snapshot_bytes, sc.tail_bytes, sn.state,
+               d.versions, d.segments
+        FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY
+             AS k(kind, scope_id, held, ord)
+        LEFT JOIN {s}.sessions se ON se.session_id = %s
+        LEFT JOIN {s}.scopes sc ON sc.kind = k.kind AND sc.scope_id = k.scope_id
+        LEFT JOIN {s}.snapshots sn ON se.session_id IS NOT NULL AND sc.version <> k.held
+            AND sn.kind = sc.kind AND sn.scope_id = sc.scope_id
+            AND sn.version = sc.snapshot_version
+        LEFT JOIN LATERAL (
+            SELECT array_agg(dl.version ORDER BY dl.version) AS versions,
+                   array_agg(dl.segments ORDER BY dl.version) AS segments
+            FROM {s}.deltas dl
+            WHERE se.session_id IS NOT NULL AND sc.version <> k.held
+              AND dl.kind = sc.kind AND dl.scope_id = sc.scope_id
+              AND dl.version > sc.snapshot_version AND dl.version <= sc.version
+        ) AS d ON true
+        ORDER BY k.ord
+    """
+
+
 SESSION_COLUMNS = "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
 RUN_COLUMNS = (
     "run_id, status, agent_name, input, content, messages, metrics, error, created_at, updated_at"

@@ -94,31 +94,64 @@ end
 return {1, last}
 """
 
-LOAD = r"""#!lua flags=no-writes
--- KEYS: per scope 3 keys (scope hash, delta segments, snapshots).
--- Returns per scope {version, snapshot_version, snapshot_bytes, tail_bytes, snapshot|false,
--- segments...}, read atomically so snapshot and deltas agree with the version.
-local out = {}
-for i = 1, #KEYS, 3 do
-  local f = redis.call('HMGET', KEYS[i], 'version', 'snapshot_version', 'snapshot_bytes',
+_SCOPE_ROW = r"""
+-- A scope's {version, snapshot_version, snapshot_bytes, tail_bytes, snapshot|false,
+-- segments...}, or only {version} when `skip` or when it is at version `held`.
+local function scope_row(scope, dseg, snap, held, skip)
+  local f = redis.call('HMGET', scope, 'version', 'snapshot_version', 'snapshot_bytes',
                        'tail_bytes')
   local version = tonumber(f[1] or '0')
+  if skip or version == held then return {version} end
   local sv = tonumber(f[2] or '0')
   local row = {version, sv, tonumber(f[3] or '0'), tonumber(f[4] or '0'), false}
-  if sv > 0 then row[5] = redis.call('HGET', KEYS[i + 2], sv) end
+  if sv > 0 then row[5] = redis.call('HGET', snap, sv) end
   if version > sv then
     local fields = {}
     for v = sv + 1, version do fields[#fields + 1] = v end
     local chunk = 4000
     for s = 1, #fields, chunk do
-      local part = redis.call('HMGET', KEYS[i + 1], unpack(fields, s, math.min(s + chunk - 1, #fields)))
+      local part = redis.call('HMGET', dseg, unpack(fields, s, math.min(s + chunk - 1, #fields)))
       for j = 1, #part do row[#row + 1] = part[j] end
     end
   end
-  out[#out + 1] = row
+  return row
+end
+"""
+
+LOAD = (
+    r"""#!lua flags=no-writes
+-- KEYS: per scope 3 keys (scope hash, delta segments, snapshots).
+-- Returns per scope {version, snapshot_version, snapshot_bytes, tail_bytes, snapshot|false,
+-- segments...}, read atomically so snapshot and deltas agree with the version.
+"""
+    + _SCOPE_ROW
+    + r"""
+local out = {}
+for i = 1, #KEYS, 3 do
+  out[#out + 1] = scope_row(KEYS[i], KEYS[i + 1], KEYS[i + 2], nil, false)
 end
 return out
 """
+)
+
+READ = (
+    r"""#!lua flags=no-writes
+-- KEYS[1] the session hash, then per scope the 3 keys LOAD takes; ARGV: per scope the
+-- version the reader holds (-1: none). Returns {the session's fields (HGETALL), then per
+-- scope {version} when it is at the held version or there is no session, else its LOAD
+-- row}, read atomically.
+"""
+    + _SCOPE_ROW
+    + r"""
+local session = redis.call('HGETALL', KEYS[1])
+local out = {session}
+for i = 2, #KEYS, 3 do
+  local held = tonumber(ARGV[(i + 1) / 3])
+  out[#out + 1] = scope_row(KEYS[i], KEYS[i + 1], KEYS[i + 2], held, #session == 0)
+end
+return out
+"""
+)
 
 
 CLAIM_RUN = r"""#!lua

@@ -49,6 +49,7 @@ from statewise.db._pg_rows import session_from_row as _session_from_row
 from statewise.db.base import (
     BaseDb,
     ProbedTails,
+    ScopesRead,
     readable_records,
     to_timestamp_cutoff,
     validate_id,
@@ -86,6 +87,50 @@ def _probed(
     `probe_query` (or of `probe_tails_query`, which starts with its columns)."""
     versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
     return (_session_from_row(row) if row[0] is not None else None), versions
+
+
+def _scope_state(
+    key: ScopeKey,
+    version: int,
+    snapshot_version: int,
+    snapshot_bytes: int,
+    tail_bytes: int,
+    state: Any,
+    delta_versions: Sequence[int] | None,
+    delta_segments: Sequence[Any] | None,
+) -> ScopeState:
+    """A scope as `load_query` (or `read_query`) reads it: its snapshot and the deltas after it."""
+    data = replay_scope(
+        key,
+        snapshot_version,
+        state,
+        zip(delta_versions or [], delta_segments or [], strict=False),
+        version,
+    )
+    return ScopeState(
+        key=key,
+        version=version,
+        data=data,
+        snapshot_version=snapshot_version,
+        snapshot_bytes=snapshot_bytes,
+        tail_bytes=tail_bytes,
+    )
+
+
+def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> ScopesRead:
+    """What `read_query` read: the session, each scope's version, the moved scopes."""
+    record = _session_from_row(rows[0]) if rows and rows[0][0] is not None else None
+    versions: dict[ScopeKey, int] = {}
+    loaded: dict[ScopeKey, ScopeState] = {}
+    for key, row in zip(keys, rows, strict=True):
+        version, held, *scope = row[8:]
+        versions[key] = version
+        if record is None or version == held:
+            continue
+        loaded[key] = (
+            _scope_state(key, version, *scope) if scope[0] is not None else ScopeState(key=key)
+        )
+    return record, versions, loaded
 
 
 class PostgresDb(BaseDb):
@@ -289,26 +334,28 @@ class PostgresDb(BaseDb):
                 Q.load_query(self._s), ([k.kind for k in keys], [k.id for k in keys])
             ).fetchall()
         )
-        found = {ScopeKey(r[0], r[1]): r for r in rows}
-        result: dict[ScopeKey, ScopeState] = {}
-        for key in keys:
-            row = found.get(key)
-            if row is None:
-                result[key] = ScopeState(key=key)
-                continue
-            _k, _i, version, snapshot_version, snapshot_bytes, tail_bytes, state, dv, ds = row
-            data = replay_scope(
-                key, snapshot_version, state, zip(dv or [], ds or [], strict=False), version
-            )
-            result[key] = ScopeState(
-                key=key,
-                version=version,
-                data=data,
-                snapshot_version=snapshot_version,
-                snapshot_bytes=snapshot_bytes,
-                tail_bytes=tail_bytes,
-            )
-        return result
+        found = {ScopeKey(r[0], r[1]): r[2:] for r in rows}
+        return {
+            key: _scope_state(key, *found[key]) if key in found else ScopeState(key=key)
+            for key in keys
+        }
+
+    def read_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """One statement (see `BaseDb.read_scopes`)."""
+        query, params = self._read_scopes_query(session_id, keys, held)
+        return _scopes_read(keys, self._read(lambda c: c.execute(query, params).fetchall()))
+
+    def _read_scopes_query(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> tuple[str, tuple[Any, ...]]:
+        return Q.read_query(self._s), (
+            [k.kind for k in keys],
+            [k.id for k in keys],
+            [held.get(k, -1) for k in keys],
+            session_id,
+        )
 
     def read_deltas(
         self,

@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from statewise.db import _codec
 from statewise.db import _redis_lua as lua
 from statewise.db._redis_keys import Keys, corrupt, dec
-from statewise.db.base import BaseDb, validate_id
+from statewise.db.base import BaseDb, ScopesRead, validate_id
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -72,6 +72,21 @@ try:
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("redis", "redis") from exc
+
+
+def _scope_state(key: ScopeKey, row: Sequence[Any]) -> ScopeState:
+    """A scope from a LOAD row: its snapshot and the deltas after it, replayed."""
+    version, sv, sbytes, tbytes, snapshot, *segments = row
+    deltas = zip(range(sv + 1, version + 1), segments, strict=False)
+    data = replay_scope(key, sv, snapshot or None, deltas, version) if version else {}
+    return ScopeState(
+        key=key,
+        version=version,
+        data=data,
+        snapshot_version=sv,
+        snapshot_bytes=sbytes,
+        tail_bytes=tbytes,
+    )
 
 
 class RedisDb(BaseDb):
@@ -116,6 +131,7 @@ class RedisDb(BaseDb):
             )
         self._commit_script = self.client.register_script(lua.COMMIT)
         self._load_script = self.client.register_script(lua.LOAD)
+        self._read_script = self.client.register_script(lua.READ)
         self._claim_script = self.client.register_script(lua.CLAIM_RUN)
         self._release_script = self.client.register_script(lua.RELEASE_RUN)
 
@@ -154,24 +170,41 @@ class RedisDb(BaseDb):
         return record, {k: int(v or 0) for k, v in zip(keys, found[1:], strict=True)}
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
-        names = [
-            n for k in keys for n in (self.keys.scope(k), self.keys.dseg(k), self.keys.snap(k))
-        ]
+        names = [n for k in keys for n in self._load_names(k)]
         rows = self._call("load", self._load_script, keys=names) if keys else []
-        result = {}
-        for key, row in zip(keys, rows, strict=True):
-            version, sv, sbytes, tbytes, snapshot, *segments = row
-            deltas = zip(range(sv + 1, version + 1), segments, strict=False)
-            data = replay_scope(key, sv, snapshot or None, deltas, version) if version else {}
-            result[key] = ScopeState(
-                key=key,
-                version=version,
-                data=data,
-                snapshot_version=sv,
-                snapshot_bytes=sbytes,
-                tail_bytes=tbytes,
-            )
-        return result
+        return {key: _scope_state(key, row) for key, row in zip(keys, rows, strict=True)}
+
+    def read_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """One script (see `BaseDb.read_scopes`)."""
+        names, args = self._read_args(session_id, keys, held)
+        return self._scopes_read(
+            session_id, keys, self._call("read", self._read_script, keys=names, args=args)
+        )
+
+    def _load_names(self, key: ScopeKey) -> tuple[str, str, str]:
+        return self.keys.scope(key), self.keys.dseg(key), self.keys.snap(key)
+
+    def _read_args(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> tuple[list[str], list[int]]:
+        names = [self.keys.session(session_id)]
+        names += [n for k in keys for n in self._load_names(k)]
+        return names, [held.get(k, -1) for k in keys]
+
+    def _scopes_read(self, session_id: str, keys: Sequence[ScopeKey], reply: Any) -> ScopesRead:
+        raw, *rows = reply
+        record = (
+            self.keys.session_record(session_id, dict(zip(raw[::2], raw[1::2], strict=True)))
+            if raw
+            else None
+        )
+        versions = {key: int(row[0]) for key, row in zip(keys, rows, strict=True)}
+        loaded = {
+            key: _scope_state(key, row) for key, row in zip(keys, rows, strict=True) if len(row) > 1
+        }
+        return record, versions, loaded
 
     def read_deltas(
         self,

@@ -6,7 +6,9 @@ the version the reader holds, as `load_scopes` loads them."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from statewise.db.base import ScopesRead
 from statewise.db.planning import SessionSpec
 from statewise.db.records import ScopeKey
 from statewise.db.store import StateStore
@@ -24,8 +26,8 @@ def _write(store: StateStore, n: int) -> None:
             txn.commit(source=f"step{i}", run_id=f"r{i}", step=i)
 
 
-def _loaded(db: object, read: object) -> object:
-    record, versions, loaded = read  # type: ignore[misc]
+def _plain(read: ScopesRead) -> tuple[Any, ...]:
+    record, versions, loaded = read
     return record, versions, {k: (s.version, s.data, s.snapshot_version) for k, s in loaded.items()}
 
 
@@ -53,7 +55,7 @@ def test_read_scopes_loads_only_the_scopes_not_at_the_held_versions(harness: Har
 
     # The async twin reads the same.
     async_got = asyncio.run(db.aread_scopes(SPEC.session_id, keys, {session: 3}))
-    assert _loaded(db, async_got) == _loaded(db, db.read_scopes(SPEC.session_id, keys, {session: 3}))
+    assert _plain(async_got) == _plain(db.read_scopes(SPEC.session_id, keys, {session: 3}))
 
 
 def test_read_scopes_of_a_missing_session_loads_nothing(harness: Harness) -> None:

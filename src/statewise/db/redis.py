@@ -45,7 +45,7 @@ from typing import Any
 from statewise.db import _codec
 from statewise.db import _redis_lua as lua
 from statewise.db._redis_keys import Keys, corrupt, dec
-from statewise.db.base import BaseDb, ScopesRead, validate_id
+from statewise.db.base import BaseDb, ReadThreads, ScopesRead, validate_id
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -132,6 +132,7 @@ class RedisDb(BaseDb):
         self._commit_script = self.client.register_script(lua.COMMIT)
         self._load_script = self.client.register_script(lua.LOAD)
         self._read_script = self.client.register_script(lua.READ)
+        self._readers = ReadThreads(f"statewise-read-{prefix}")
         self._claim_script = self.client.register_script(lua.CLAIM_RUN)
         self._release_script = self.client.register_script(lua.RELEASE_RUN)
 
@@ -141,6 +142,7 @@ class RedisDb(BaseDb):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._readers.close()
             if self._own_client:
                 self.client.close()
 
@@ -182,6 +184,12 @@ class RedisDb(BaseDb):
         return self._scopes_read(
             session_id, keys, self._call("read", self._read_script, keys=names, args=args)
         )
+
+    async def aread_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """In a thread of this database's own (see `ReadThreads`)."""
+        return await self._readers.run(self.read_scopes, session_id, keys, held)
 
     def _load_names(self, key: ScopeKey) -> tuple[str, str, str]:
         return self.keys.scope(key), self.keys.dseg(key), self.keys.snap(key)

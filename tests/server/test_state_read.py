@@ -1,5 +1,6 @@
-"""The state read that clients poll during runs: one probe, a copy of the cached tree when
-it is current, and the same state a run's checkout would show (defaults, TTL, secrets)."""
+"""The state read that clients poll during runs: one read of the session and its scopes
+that loads only the scopes that moved since the tree last read (or cached by a run), and
+the same state a run's checkout would show (defaults, TTL, secrets)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from statewise import Agent
 from statewise.agent.sessions import read_session_state, session_version
 from statewise.db import SqliteDb
+from statewise.db.records import ScopeKey
 from statewise.exceptions import SessionNotFoundError
 from statewise.server import create_app
 from tests.server.conftest import make_agent, start_server, stop_server
@@ -24,6 +26,7 @@ class CountingDb(SqliteDb):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.reads: Counter[str] = Counter()
+        self.loaded: list[ScopeKey] = []
 
     def probe(self, session_id: str, keys: Any) -> Any:
         self.reads["probe"] += 1
@@ -35,6 +38,7 @@ class CountingDb(SqliteDb):
 
     def load_scopes(self, keys: Any) -> Any:
         self.reads["load_scopes"] += 1
+        self.loaded.extend(keys)
         return super().load_scopes(keys)
 
 
@@ -105,3 +109,36 @@ def test_a_read_without_a_current_cache_entry_loads_the_stored_state(tmp_path: P
     assert db.reads == Counter({"probe": 1})
     with pytest.raises(SessionNotFoundError):
         read_session_state(other, "missing")
+
+
+def test_a_read_while_runs_hold_the_session_loads_only_what_moved_since_the_last_read(
+    tmp_path: Path,
+) -> None:
+    db = CountingDb(db_file=str(tmp_path / "a.db"))
+    agent = make_agent(db)
+    agent.run("add a", session_id="s")
+    store, spec = agent._store, agent._spec("s", None)
+    first = read_session_state(agent, "s")
+    assert first.state["items"] == ["a"]
+    # Runs go on: one ends, the next holds the session's tree (not in the cache) and
+    # has committed a step when the reader polls again.
+    with store.begin(spec) as ended:
+        ended.state["items"].append("b")
+        ended.commit(source="tool")
+    run = store.begin(spec)
+    run.state["items"].append("c")
+    run.commit(source="tool")
+    db.reads.clear()
+    db.loaded.clear()
+    second = read_session_state(agent, "s")
+    assert second.state["items"] == ["a", "b", "c"] and second.version == first.version + 2
+    # The session's own scope moved: it alone is loaded, the others are as last read.
+    assert db.loaded == [ScopeKey("session", "s")]
+    # Polled again while nothing moved: the read alone.
+    db.reads.clear()
+    assert read_session_state(agent, "s") == second
+    assert db.reads == Counter({"probe": 1})
+    run.close()
+    # The reader's copy is its own: changing it changes nothing kept for the next read.
+    second.state["items"].append("x")
+    assert read_session_state(agent, "s").state["items"] == ["a", "b", "c"]

@@ -278,3 +278,66 @@ def test_writers_of_one_session_lose_a_race_at_most_once(pg_url: str, schema: st
     finally:
         for db in dbs:
             db.close()
+
+
+def test_a_read_on_the_event_loop_is_one_round_trip_on_a_connection_of_the_loop(
+    pg_url: str, schema: str
+) -> None:
+    import asyncio
+
+    proxy = TcpProxy(pg_url)
+    keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")]
+    try:
+        with _db(proxy.url, schema, pool_size=1) as db:
+            write(db, "s1", setop("a", 0))
+            expected = db.read_scopes("s1", keys, {})
+
+            async def reads() -> list[int]:
+                trips = []
+                held: dict[ScopeKey, int] = {}
+                for _ in range(3):
+                    before = proxy.round_trips
+                    on = threading.current_thread()
+                    record, versions, loaded = await db.aread_scopes("s1", keys, held)
+                    assert threading.current_thread() is on
+                    assert (record, versions) == expected[:2]
+                    assert {k: s.data for k, s in loaded.items()} == (
+                        {} if held else {k: s.data for k, s in expected[2].items()}
+                    )
+                    held = versions
+                    trips.append(proxy.round_trips - before)
+                return trips
+
+            # The first read of a loop connects (its handshake is not counted as reads).
+            first = asyncio.run(reads())
+            assert first[1:] == [1, 1]
+            # A new loop gets a connection of its own; the closed loop's is closed then.
+            old = list(db._loop_connections._by_loop.values())
+            assert len(old) == 1
+            assert asyncio.run(reads())[1:] == [1, 1]
+            assert old[0][1].closed and len(db._loop_connections._by_loop) == 1
+            held_conn = next(iter(db._loop_connections._by_loop.values()))[1]
+        assert held_conn.closed  # closing the database closes them all
+    finally:
+        proxy.close()
+
+
+def test_a_read_on_the_event_loop_reconnects_after_the_server_drops_it(
+    pg_url: str, schema: str
+) -> None:
+    import asyncio
+
+    keys = [ScopeKey("session", "s1")]
+    with _db(pg_url, schema) as db:
+        write(db, "s1", setop("a", 1))
+
+        async def main() -> None:
+            await db.aread_scopes("s1", keys, {})
+            conn = next(iter(db._loop_connections._by_loop.values()))[1]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+            record, versions, loaded = await db.aread_scopes("s1", keys, {})
+            assert record is not None and loaded[keys[0]].data == {"a": 1}
+            assert conn.closed
+
+        asyncio.run(main())

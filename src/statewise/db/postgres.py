@@ -1,13 +1,14 @@
 """PostgreSQL storage: many processes and machines on one database.
 
-psycopg 3 with a `psycopg_pool.ConnectionPool` of autocommit connections. Each primitive is
-one statement, so each is one round trip and its own transaction:
+psycopg 3 with a `psycopg_pool.ConnectionPool` of autocommit connections (and, for the reads
+a server makes on its event loop, one async connection per loop: `_pg_async`). Each
+primitive is one statement, so each is one round trip and its own transaction:
 
 - `commit` calls the `statewise_commit(...)` PL/pgSQL function (see `_pg_sql`), which does
   the compare-and-swap (`UPDATE ... WHERE version = base`) on every scope, appends deltas,
   snapshots and events, and upserts the run. A lost race raises inside the function, so the
   whole call rolls back and nothing is written.
-- `probe` and `load_scopes` are one statement each (one consistent snapshot).
+- `probe`, `load_scopes` and `read_scopes` are one statement each (one consistent snapshot).
 
 Faults: an unreachable server at construction raises `DatabaseUnavailableError` naming the
 URL (password masked). A connection the server closed (restart, `pg_terminate_backend`) is
@@ -25,7 +26,6 @@ start together do not race; a database newer than this code raises `SchemaVersio
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,6 +43,7 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
+from statewise.db._pg_async import LoopConnections
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
 from statewise.db._pg_rows import run_from_row as _run_from_row
@@ -50,8 +51,8 @@ from statewise.db._pg_rows import session_from_row as _session_from_row
 from statewise.db.base import (
     BaseDb,
     ProbedTails,
-    ReadThreads,
     ScopesRead,
+    on_private_loop,
     readable_records,
     to_timestamp_cutoff,
     validate_id,
@@ -77,7 +78,6 @@ from statewise.exceptions import (
 )
 
 T = TypeVar("T")
-_Pool = ConnectionPool[psycopg.Connection[tuple[Any, ...]]]
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _LOCK_CLASS = 0x5357  # "SW": first key of the advisory lock, the schema's hash is the second
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
@@ -175,10 +175,17 @@ class PostgresDb(BaseDb):
             self._migrate(first)
         finally:
             first.close()
-        self._pool = self._new_pool("main", 1, pool_size)
-        self._readers = ReadThreads(f"statewise-read-{schema}")
-        self._readers_pool: _Pool | None = None
-        self._reader_lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+            self.db_url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=kwargs,
+            timeout=pool_timeout,
+            open=False,
+            name=f"statewise-{schema}",
+        )
+        self._pool.open(wait=False)
+        self._loop_connections = LoopConnections(self.db_url, connect_timeout)
 
     @property
     def url_masked(self) -> str:
@@ -227,18 +234,17 @@ class PostgresDb(BaseDb):
     # ---- connections ---------------------------------------------------------------------
 
     @contextmanager
-    def _connection(self, pool: _Pool | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         if self._closed:
             raise StorageError(f"{self!r} is closed")
-        pool = pool or self._pool
         for _ in range(self.pool_size + 1):
             try:
-                conn = pool.getconn(timeout=self.pool_timeout)
+                conn = self._pool.getconn(timeout=self.pool_timeout)
             except PoolTimeout as exc:
-                raise self._pool_error(pool) from exc
+                raise self._pool_error() from exc
             if _is_dead(conn):
                 conn.close()  # the pool replaces closed connections when they come back
-                pool.putconn(conn)
+                self._pool.putconn(conn)
                 continue
             break
         else:  # pragma: no cover - every pooled connection was dead and so was the new one
@@ -246,35 +252,13 @@ class PostgresDb(BaseDb):
         try:
             yield conn
         finally:
-            pool.putconn(conn)
+            self._pool.putconn(conn)
 
-    def _reader_pool(self) -> _Pool:
-        """The connections of the read threads (`ReadThreads`), opened at the first read
-        made through them: such a read never waits for a connection a commit holds."""
-        with self._reader_lock:
-            if self._readers_pool is None:
-                self._readers_pool = self._new_pool("read", 1, ReadThreads.SIZE)
-            return self._readers_pool
-
-    def _new_pool(self, role: str, min_size: int, max_size: int) -> _Pool:
-        pool: _Pool = ConnectionPool(
-            self.db_url,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True, "connect_timeout": max(1, round(self.connect_timeout))},
-            timeout=self.pool_timeout,
-            open=False,
-            name=f"statewise-{role}-{self.schema}",
-        )
-        pool.open(wait=False)
-        return pool
-
-    def _pool_error(self, pool: _Pool) -> DatabaseUnavailableError:
-        stats = pool.get_stats()
-        size = pool.max_size
-        if stats.get("pool_size", 0) >= size and not stats.get("pool_available"):
+    def _pool_error(self) -> DatabaseUnavailableError:
+        stats = self._pool.get_stats()
+        if stats.get("pool_size", 0) >= self.pool_size and not stats.get("pool_available"):
             return DatabaseUnavailableError(
-                f"the pool of {size} PostgreSQL connections to {self.url_masked} is "
+                f"the pool of {self.pool_size} PostgreSQL connections to {self.url_masked} is "
                 f"exhausted: none was free after {self.pool_timeout:g} s (raise pool_size, or "
                 f"look for connections held too long)"
             )
@@ -283,10 +267,10 @@ class PostgresDb(BaseDb):
             f"{self.pool_timeout:g} s: the server is unreachable or refusing connections"
         )
 
-    def _read(self, fn: Callable[[psycopg.Connection[Any]], T], pool: _Pool | None = None) -> T:
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run an idempotent read; on a dropped connection, once more on a fresh one."""
         for attempt in (1, 2):
-            with self._connection(pool) as conn:
+            with self._connection() as conn:
                 try:
                     return fn(conn)
                 except psycopg.OperationalError as exc:
@@ -308,11 +292,8 @@ class PostgresDb(BaseDb):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._readers.close()
             self._pool.close()
-            with self._reader_lock:
-                if self._readers_pool is not None:
-                    self._readers_pool.close()
+            self._loop_connections.close()
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -368,26 +349,28 @@ class PostgresDb(BaseDb):
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
     ) -> ScopesRead:
         """One statement (see `BaseDb.read_scopes`)."""
-        return self._read_scopes(session_id, keys, held, self._pool)
+        query, params = self._read_scopes_query(session_id, keys, held)
+        return _scopes_read(keys, self._read(lambda c: c.execute(query, params).fetchall()))
 
     async def aread_scopes(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
     ) -> ScopesRead:
-        """In a thread of this database's own, on a connection of its own (see
-        `ReadThreads`)."""
-        return await self._readers.run(
-            self._read_scopes, session_id, keys, held, self._reader_pool()
-        )
-
-    def _read_scopes(
-        self,
-        session_id: str,
-        keys: Sequence[ScopeKey],
-        held: Mapping[ScopeKey, int],
-        pool: _Pool,
-    ) -> ScopesRead:
+        """The same statement through psycopg's async driver, on the running loop (see
+        `_pg_async`); inline on a sync call's private loop, as every async method is."""
+        if on_private_loop():
+            return self.read_scopes(session_id, keys, held)
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
         query, params = self._read_scopes_query(session_id, keys, held)
-        return _scopes_read(keys, self._read(lambda c: c.execute(query, params).fetchall(), pool))
+
+        async def fetch(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            return await (await conn.execute(query, params)).fetchall()
+
+        try:
+            rows = await self._loop_connections.read(fetch)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+        return _scopes_read(keys, rows)
 
     def _read_scopes_query(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]

@@ -336,7 +336,7 @@ def test_a_read_on_the_event_loop_reconnects_after_the_server_drops_it(
             conn = next(iter(db._loop_connections._by_loop.values()))[1]
             with psycopg.connect(pg_url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-            record, versions, loaded = await db.aread_scopes("s1", keys, {})
+            record, _, loaded = await db.aread_scopes("s1", keys, {})
             assert record is not None and loaded[keys[0]].data == {"a": 1}
             assert conn.closed
 

@@ -131,3 +131,47 @@ def test_url_resolution(redis_url: str) -> None:
         assert isinstance(db, RedisDb) and db.prefix == "statewise"
     finally:
         db.close()
+
+
+def test_a_read_on_the_event_loop_is_one_round_trip_and_its_loop_closes_its_client(
+    redis_url: str, prefix: str
+) -> None:
+    import asyncio
+    import threading
+
+    proxy = TcpProxy(redis_url)
+    keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")]
+    try:
+        with _db(proxy.url, prefix) as db:
+            write(db, "s1", setop("a", 0))
+            expected = db.read_scopes("s1", keys, {})
+            clients = []
+
+            async def reads() -> list[int]:
+                trips = []
+                held: dict[ScopeKey, int] = {}
+                for _ in range(3):
+                    before = proxy.round_trips
+                    on = threading.current_thread()
+                    record, versions, loaded = await db.aread_scopes("s1", keys, held)
+                    assert threading.current_thread() is on  # no worker thread
+                    assert (record, versions) == expected[:2]
+                    assert {k: s.data for k, s in loaded.items()} == (
+                        {} if held else {k: s.data for k, s in expected[2].items()}
+                    )
+                    held = versions
+                    trips.append(proxy.round_trips - before)
+                clients.append(await db._loop_clients.client())
+                return trips
+
+            # The first read of a loop connects (its handshake is not counted).
+            assert asyncio.run(reads())[1:] == [1, 1]
+            assert asyncio.run(reads())[1:] == [1, 1]
+            first, second = clients
+            assert first is not second  # each loop its own client ...
+            for client in clients:  # ... closed by its loop as it ended
+                pool = client.connection_pool
+                opened = pool._available_connections + list(pool._in_use_connections)
+                assert opened and not any(c.is_connected for c in opened)
+    finally:
+        proxy.close()

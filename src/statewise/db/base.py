@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import re
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -63,41 +60,6 @@ def on_private_loop() -> bool:
     """True inside a sync call's own loop; False on a shared loop (a server, user code
     calling `arun`), where anything that blocks must leave the loop's thread."""
     return _PRIVATE_LOOP.get()
-
-
-class ReadThreads:
-    """A network database's own threads for the reads a server makes while runs write (the
-    state GET): such a read never queues in a shared pool behind runs' commits and tool
-    calls. Started at the first read; `close` stops them (reads after it run inline)."""
-
-    SIZE = 2
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._pool: ThreadPoolExecutor | None = None
-        self._closed = False
-        self._lock = threading.Lock()
-
-    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`fn(*args, **kwargs)` in one of these threads (inline on a sync call's loop)."""
-        pool = None if on_private_loop() else self._executor()
-        if pool is None:
-            return fn(*args, **kwargs)
-        call = functools.partial(fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(pool, call)
-
-    def _executor(self) -> ThreadPoolExecutor | None:
-        with self._lock:
-            if self._pool is None and not self._closed:
-                self._pool = ThreadPoolExecutor(self.SIZE, thread_name_prefix=self._name)
-            return self._pool
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False)
 
 
 MAX_ID_LENGTH = 256

@@ -38,14 +38,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from statewise.db import _codec
 from statewise.db import _redis_lua as lua
+from statewise.db._redis_async import LoopClients
 from statewise.db._redis_keys import Keys, corrupt, dec
-from statewise.db.base import BaseDb, ReadThreads, ScopesRead, validate_id
+from statewise.db.base import BaseDb, ScopesRead, on_private_loop, validate_id
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -68,7 +70,10 @@ from statewise.exceptions import (
 
 try:
     import redis
+    import redis.asyncio
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import ExponentialBackoff
+    from redis.exceptions import NoScriptError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("redis", "redis") from exc
@@ -110,12 +115,20 @@ class RedisDb(BaseDb):
         self._own_client = client is None
         # A dropped connection is retried: every commit carries its commit id, so a retry
         # of a commit that landed is answered by the server, never applied twice.
+        options: dict[str, Any] = {
+            "socket_connect_timeout": connect_timeout,
+            "socket_timeout": socket_timeout,
+            "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        }
         self.client: Any = client or redis.Redis.from_url(
-            url,
-            socket_connect_timeout=connect_timeout,
-            socket_timeout=socket_timeout,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), 3),
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+            url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), 3), **options
+        )
+        # The reads a server makes on its event loop (`aread_scopes`), with the same
+        # options, through redis.asyncio; a client given by the caller is used from threads.
+        self._loop_clients = LoopClients(
+            lambda: redis.asyncio.Redis.from_url(
+                url, retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.01), 3), **options
+            )
         )
         try:
             info = self.client.info("server")
@@ -132,7 +145,6 @@ class RedisDb(BaseDb):
         self._commit_script = self.client.register_script(lua.COMMIT)
         self._load_script = self.client.register_script(lua.LOAD)
         self._read_script = self.client.register_script(lua.READ)
-        self._readers = ReadThreads(f"statewise-read-{prefix}")
         self._claim_script = self.client.register_script(lua.CLAIM_RUN)
         self._release_script = self.client.register_script(lua.RELEASE_RUN)
 
@@ -142,15 +154,20 @@ class RedisDb(BaseDb):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._readers.close()
+            self._loop_clients.close()
             if self._own_client:
                 self.client.close()
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._errors(what):
+            return fn(*args, **kwargs)
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
         if self._closed:
             raise StorageError(f"{self!r} is closed")
         try:
-            return fn(*args, **kwargs)
+            yield
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise DatabaseUnavailableError(
                 f"Redis at {mask_password(self.url)} failed during {what}: {exc}"
@@ -188,8 +205,18 @@ class RedisDb(BaseDb):
     async def aread_scopes(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
     ) -> ScopesRead:
-        """In a thread of this database's own (see `ReadThreads`)."""
-        return await self._readers.run(self.read_scopes, session_id, keys, held)
+        """The same script through redis.asyncio, on the running loop (see `_redis_async`);
+        inline on a sync call's private loop, as every async method is."""
+        if on_private_loop() or not self._own_client:
+            return await super().aread_scopes(session_id, keys, held)
+        names, args = self._read_args(session_id, keys, held)
+        with self._errors("read"):
+            client = await self._loop_clients.client()
+            try:
+                reply = await client.evalsha(self._read_script.sha, len(names), *names, *args)
+            except NoScriptError:
+                reply = await client.eval(lua.READ, len(names), *names, *args)
+        return self._scopes_read(session_id, keys, reply)
 
     def _load_names(self, key: ScopeKey) -> tuple[str, str, str]:
         return self.keys.scope(key), self.keys.dseg(key), self.keys.snap(key)

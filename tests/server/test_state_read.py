@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,73 @@ def test_a_read_while_runs_hold_the_session_loads_only_what_moved_since_the_last
     # The reader's copy is its own: changing it changes nothing kept for the next read.
     second.state["items"].append("x")
     assert read_session_state(agent, "s").state["items"] == ["a", "b", "c"]
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def network_db(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A real PostgreSQL or Redis database in a schema / key prefix of its own."""
+    import secrets
+
+    from tests.db.conftest import (
+        POSTGRES_URL,
+        REDIS_URL,
+        postgres_problem,
+        redis_problem,
+        require,
+    )
+
+    name = f"sw_read_{secrets.token_hex(4)}"
+    if request.param == "postgres":
+        require(postgres_problem())
+        from statewise.db.postgres import PostgresDb
+
+        db: Any = PostgresDb(POSTGRES_URL, schema=name)
+    else:
+        require(redis_problem())
+        from statewise.db.redis import RedisDb
+
+        db = RedisDb(REDIS_URL, prefix=name)
+    try:
+        yield db
+    finally:
+        db.close()
+        if request.param == "postgres":
+            import psycopg
+
+            with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        else:
+            import redis
+
+            client = redis.Redis.from_url(REDIS_URL)
+            keys = list(client.scan_iter(match="{" + name + "}*"))
+            if keys:
+                client.delete(*keys)
+            client.close()
+
+
+def test_the_state_get_on_postgres_and_redis_reads_on_the_servers_loop(network_db: Any) -> None:
+    agent = make_agent(network_db)
+    live = start_server(create_app([agent]))
+    try:
+        with live.client() as c:
+            for item in ("a", "b"):
+                r = c.post(
+                    "/v1/agents/lister/runs", json={"input": f"add {item}", "session_id": "s"}
+                )
+                assert r.status_code == 200
+                got = c.get("/v1/sessions/s/state")
+                assert got.status_code == 200
+                expected = read_session_state(agent, "s")
+                assert got.json() == {
+                    "session_id": "s",
+                    "version": expected.version,
+                    "state": expected.state,
+                }
+                assert got.headers["ETag"] == f'"{expected.version}"'
+            assert got.json()["state"]["items"] == ["a", "b"]
+            assert c.get("/v1/sessions/nope/state").status_code == 404
+            agent.state.for_session("s").set("api_token", "sk-1")
+            assert c.get("/v1/sessions/s/state").json()["state"]["api_token"] == "***"
+    finally:
+        stop_server(live)

@@ -6,6 +6,7 @@ the version the reader holds, as `load_scopes` loads them."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from statewise.db.base import ScopesRead
@@ -62,3 +63,33 @@ def test_read_scopes_of_a_missing_session_loads_nothing(harness: Harness) -> Non
     key = ScopeKey("session", "read-none")
     assert harness.db.read_scopes("read-none", [key], {}) == (None, {key: 0}, {})
     assert asyncio.run(harness.db.aread_scopes("read-none", [key], {})) == (None, {key: 0}, {})
+
+
+def test_a_sqlite_read_on_a_shared_loop_does_not_wait_for_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from statewise.db import SqliteDb
+
+    with SqliteDb(db_file=str(tmp_path / "r.db")) as db:
+        _write(StateStore(db), 2)
+        keys = SPEC.scope_keys()
+
+        async def main() -> None:
+            busy = threading.Event()
+            # The writer's thread is busy (a commit's disk sync, a busy timeout) ...
+            held = asyncio.ensure_future(db.run_io(busy.wait, 10))
+            await asyncio.sleep(0.05)
+            try:
+                # ... and a reader's read does not wait for it.
+                record, _, loaded = await asyncio.wait_for(
+                    db.aread_scopes(SPEC.session_id, keys, {}), 5
+                )
+                assert record is not None and loaded[keys[0]].data == {"items": [0, 1]}
+                assert not held.done()
+            finally:
+                busy.set()
+                await held
+
+        asyncio.run(main())

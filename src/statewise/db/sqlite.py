@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from statewise.db import _codec
 from statewise.db.base import (
     BaseDb,
+    ScopesRead,
     on_private_loop,
     readable_records,
     to_timestamp_cutoff,
@@ -398,6 +399,15 @@ class SqliteDb(BaseDb):
         self._local = threading.local()
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
+
+    async def aread_scopes(
+        self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
+    ) -> ScopesRead:
+        """A reader's read (the state GET) does not queue behind commits on the writer's
+        thread: in WAL mode any thread reads at once, on a connection of its own."""
+        if on_private_loop() or self.db_file == ":memory:":
+            return await super().aread_scopes(session_id, keys, held)
+        return await asyncio.to_thread(self.read_scopes, session_id, keys, held)
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Async callers on a shared loop (a server) reach SQLite through one dedicated

@@ -55,15 +55,14 @@ class LoopConnections:
         )
         with self._lock:
             entry = self._by_loop.get(id(loop))
-            if self._closed or (entry is not None and entry[0]() is loop and not entry[1].closed):
-                kept = None if self._closed else entry
-            else:
+            ours = entry is not None and entry[0]() is loop and not entry[1].closed
+            if not ours and not self._closed:
                 self._by_loop[id(loop)] = (weakref.ref(loop), conn)
                 return conn
         _close_now(conn)  # closed meanwhile, or another read of this loop connected first
-        if kept is None:
+        if entry is None or not ours:
             raise psycopg.OperationalError("the database was closed")
-        return kept[1]
+        return entry[1]
 
     def _forget(self, conn: _Conn) -> None:
         with self._lock:

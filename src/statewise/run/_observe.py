@@ -114,7 +114,7 @@ def debugging(key: Any) -> bool:
     return (node.debug if node is not None else False) or env_debug()
 
 
-_QUIET = Token(span=None, debug=False, keys=(), previous=())
+QUIET = Token(span=None, debug=False, keys=(), previous=())
 """What every boundary inside a run that is neither traced nor logged gets: nothing is
 recorded for it, and finishing it does nothing."""
 
@@ -133,7 +133,7 @@ def _start(
         # Inside a run that is neither traced nor logged (decided once, when it started)
         # a step, tool call or commit has nothing to record, and a node of its own would
         # tell its children exactly what the run's node tells them.
-        return _QUIET
+        return QUIET
     span = None
     # With no provider configured spans would record nothing, so none are made; on a
     # small in-memory run they were a quarter of its time.
@@ -263,7 +263,7 @@ def run_finished(
 
 def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     token = _start(
         f"step {name}",
         ctx,
@@ -281,7 +281,7 @@ def model_request(
     ctx: Any, model: Any, messages: Sequence[Any], tools: Sequence[Any], step: int
 ) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     model_id = getattr(model, "id", None)
     token = _start(
         f"chat {model_id}",
@@ -311,7 +311,7 @@ def model_request(
 
 
 def model_response(token: Token, response: Any) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     usage = getattr(response, "usage", None)
     if token.span is not None:
@@ -346,7 +346,7 @@ def model_failed(token: Token, error: BaseException) -> None:
 
 def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     token = _start(
         f"execute_tool {call.name}",
         ctx,
@@ -363,7 +363,7 @@ def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
 
 
 def tool_finished(token: Token, result: str, is_error: bool) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     if token.span is not None and is_error:
         token.span.set_attribute("error.type", "tool_error")
@@ -378,7 +378,7 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
 
 def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
     if _quiet_under(scope):
-        return _QUIET
+        return QUIET
     return _start(
         "statewise.commit",
         scope,
@@ -399,7 +399,7 @@ def commit_finished(
     conflicts: Sequence[Mapping[str, Any]] = (),
     error: BaseException | None = None,
 ) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     if token.span is not None and error is None:
         token.span.set_attribute("statewise.commit.op_count", len(ops))

@@ -8,16 +8,13 @@ not shareable) and a process-wide lock so threads queue instead of spinning on S
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import functools
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -45,6 +42,7 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.threads import Workers, run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
     DatabaseUnavailableError,
@@ -301,7 +299,7 @@ class SqliteDb(BaseDb):
         self._write_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._thread: Workers | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
         if self.db_file != ":memory:":
@@ -395,10 +393,10 @@ class SqliteDb(BaseDb):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
-            executor, self._executor = self._executor, None
+            thread, self._thread = self._thread, None
         self._local = threading.local()
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        if thread is not None:
+            thread.close()
 
     async def aread_scopes(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
@@ -407,7 +405,7 @@ class SqliteDb(BaseDb):
         thread: in WAL mode any thread reads at once, on a connection of its own."""
         if on_private_loop() or self.db_file == ":memory:":
             return await super().aread_scopes(session_id, keys, held)
-        return await asyncio.to_thread(self.read_scopes, session_id, keys, held)
+        return await run_blocking(self.read_scopes, session_id, keys, held)
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Async callers on a shared loop (a server) reach SQLite through one dedicated
@@ -419,14 +417,10 @@ class SqliteDb(BaseDb):
         with self._connections_lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="statewise-sqlite"
-                )
-            executor = self._executor
-        context = contextvars.copy_context()
-        future = executor.submit(context.run, functools.partial(fn, *args, **kwargs))
-        return await asyncio.wrap_future(future)
+            if self._thread is None:
+                self._thread = Workers(1, "statewise-sqlite")
+            thread = self._thread
+        return await thread.run(fn, *args, **kwargs)
 
     def _schema_version(self, conn: sqlite3.Connection) -> int:
         """This table prefix's schema version. Several prefixes can share one file, so the

@@ -3,6 +3,8 @@ backends could not store, whole, and what it hands back never aliases what it ke
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from statewise.db import InMemoryDb
@@ -80,3 +82,26 @@ def test_a_stored_run_never_shares_objects_with_its_writer_or_readers() -> None:
     final = db.get_run("s", "r")
     assert final is not None and final.status == "completed" and final.messages == []
     assert final.agent_name is None and final.created_at == again.created_at
+
+
+def test_every_field_of_a_run_record_is_stored() -> None:
+    """A stored run keeps every field its writer set (the copy it keeps is written out by
+    hand; a field added to RunRecord and missed there fails here)."""
+    db = InMemoryDb()
+    values: dict[str, object] = {
+        "session_id": "s",
+        "run_id": "r",
+        "status": "failed",
+        "messages": [{"role": "user", "content": "hi"}],
+        "metrics": {"tool_calls": 1},
+        "created_at": 5.0,
+    }
+    for f in dataclasses.fields(RunRecord):
+        if f.name not in values:
+            values[f.name] = 7.0 if f.type in ("float", float) else f"{f.name}-value"
+    run = RunRecord(**values)  # type: ignore[arg-type]
+    commit(db, run=run)
+    (stored,) = db.read_runs("s")
+    assert {f.name for f in dataclasses.fields(RunRecord)} - {"updated_at"} <= {
+        name for name in values if getattr(stored, name) == values[name]
+    }

@@ -462,7 +462,9 @@ class StateStore:
             conflicts=[
                 self.codec.conflict_record(c, self.secret_keys_in(ws.root))
                 for c in pending.conflicts
-            ],
+            ]
+            if pending.conflicts
+            else [],
             commit_id=pending.commit_id,
             replayed=result.replayed,
         )

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -79,21 +79,10 @@ class _Node:
         return self.span is None and not self.debug
 
 
-# Which node each live run context or scope belongs to, by the object's id, with a weak
-# reference that proves the entry is still that object's (an id is reused after death).
-# A WeakKeyDictionary makes a weak reference on every lookup, and a run looks its parent
-# up at every step, model call, tool call and commit.
-_Entry = tuple["weakref.ref[Any]", _Node]
-_live: dict[int, _Entry] = {}
-
-
-def _forget(key_id: int) -> Callable[[weakref.ref[Any]], None]:
-    def forget(ref: weakref.ref[Any]) -> None:
-        entry = _live.get(key_id)
-        if entry is not None and entry[0] is ref:
-            del _live[key_id]
-
-    return forget
+# Which node a run context or scope belongs to: an attribute of the object itself (one
+# lookup at each step, model call, tool call and commit; a registry keyed by the object
+# needed a weak reference per entry and two lookups per query).
+_NODE_ATTR = "_statewise_observed"
 
 
 @dataclass(eq=False, slots=True)
@@ -102,22 +91,20 @@ class Token:
 
     span: Any
     debug: bool
-    keys: tuple[int, ...]
-    previous: tuple[_Entry | None, ...]
+    keys: tuple[Any, ...]
+    previous: tuple[_Node | None, ...]
     name: str | None = None
 
 
 def _node(key: Any) -> _Node | None:
-    entry = _live.get(id(key)) if key is not None else None
-    if entry is None or entry[0]() is not key:
-        return None
-    return entry[1]
+    node: _Node | None = getattr(key, _NODE_ATTR, None)
+    return node
 
 
 def _quiet_under(parent: Any) -> bool:
     """True when `parent` belongs to a run that is neither traced nor logged: its steps,
     calls and commits then record nothing, and cost no more than this lookup."""
-    node = _node(parent)
+    node: _Node | None = getattr(parent, _NODE_ATTR, None)
     return node is not None and node.quiet
 
 
@@ -127,7 +114,7 @@ def debugging(key: Any) -> bool:
     return (node.debug if node is not None else False) or env_debug()
 
 
-_QUIET = Token(span=None, debug=False, keys=(), previous=())
+QUIET = Token(span=None, debug=False, keys=(), previous=())
 """What every boundary inside a run that is neither traced nor logged gets: nothing is
 recorded for it, and finishing it does nothing."""
 
@@ -146,7 +133,7 @@ def _start(
         # Inside a run that is neither traced nor logged (decided once, when it started)
         # a step, tool call or commit has nothing to record, and a node of its own would
         # tell its children exactly what the run's node tells them.
-        return _QUIET
+        return QUIET
     span = None
     # With no provider configured spans would record nothing, so none are made; on a
     # small in-memory run they were a quarter of its time.
@@ -175,11 +162,10 @@ def _start(
 def _register(span: Any, debug: bool, name: str | None, keys: Sequence[Any]) -> Token:
     """Make `keys` (a run's context and scope) the parents of what happens under them."""
     node = _Node(span=span, debug=debug, name=name)
-    live = tuple(id(k) for k in keys if k is not None)
-    previous = tuple(_live.get(i) for i in live)
-    for key in keys:
-        if key is not None:
-            _live[id(key)] = (weakref.ref(key, _forget(id(key))), node)
+    live = tuple(k for k in keys if k is not None)
+    previous = tuple(getattr(k, _NODE_ATTR, None) for k in live)
+    for key in live:
+        setattr(key, _NODE_ATTR, node)
     return Token(span=span, debug=debug, keys=live, previous=previous, name=name)
 
 
@@ -190,11 +176,8 @@ def _untraced() -> bool:
 
 def finish(token: Token, error: BaseException | None = None) -> None:
     """End the span (marking an error) and give the keys back their previous parent."""
-    for key_id, previous in zip(token.keys, token.previous, strict=True):
-        if previous is None:
-            _live.pop(key_id, None)
-        else:
-            _live[key_id] = previous
+    for key, previous in zip(token.keys, token.previous, strict=True):
+        setattr(key, _NODE_ATTR, previous)
     span = token.span
     if span is None:
         return
@@ -280,7 +263,7 @@ def run_finished(
 
 def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     token = _start(
         f"step {name}",
         ctx,
@@ -298,7 +281,7 @@ def model_request(
     ctx: Any, model: Any, messages: Sequence[Any], tools: Sequence[Any], step: int
 ) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     model_id = getattr(model, "id", None)
     token = _start(
         f"chat {model_id}",
@@ -328,7 +311,7 @@ def model_request(
 
 
 def model_response(token: Token, response: Any) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     usage = getattr(response, "usage", None)
     if token.span is not None:
@@ -363,7 +346,7 @@ def model_failed(token: Token, error: BaseException) -> None:
 
 def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
     if _quiet_under(ctx):
-        return _QUIET
+        return QUIET
     token = _start(
         f"execute_tool {call.name}",
         ctx,
@@ -380,7 +363,7 @@ def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
 
 
 def tool_finished(token: Token, result: str, is_error: bool) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     if token.span is not None and is_error:
         token.span.set_attribute("error.type", "tool_error")
@@ -395,7 +378,7 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
 
 def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
     if _quiet_under(scope):
-        return _QUIET
+        return QUIET
     return _start(
         "statewise.commit",
         scope,
@@ -416,7 +399,7 @@ def commit_finished(
     conflicts: Sequence[Mapping[str, Any]] = (),
     error: BaseException | None = None,
 ) -> None:
-    if token is _QUIET:
+    if token is QUIET:
         return
     if token.span is not None and error is None:
         token.span.set_attribute("statewise.commit.op_count", len(ops))

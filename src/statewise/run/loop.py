@@ -27,7 +27,6 @@ from statewise.models.messages import (
     RequestInfo,
     TextDelta,
     ToolCall,
-    Usage,
 )
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
@@ -60,7 +59,6 @@ class ModelRequest:
 class StepsResult:
     content: str | None = None
     messages: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
     pending_events: list[NewEvent] = field(default_factory=list)
     final_step: int | None = None
     pending: list[PendingToolCall] = field(default_factory=list)  # the run paused on these
@@ -162,7 +160,6 @@ async def run_steps(
                 metrics.model_requests += 1
                 metrics.input_tokens += response.usage.input_tokens
                 metrics.output_tokens += response.usage.output_tokens
-                result.usage = result.usage + response.usage
             if rt.callbacks.after_model:
                 ctx.metadata["model_response"] = response
                 replaced = as_response(

@@ -71,15 +71,14 @@ class RunScope:
         except BaseException as exc:
             _observe.commit_finished(observed, error=exc)
             raise
+        if committed.conflicts:
+            self.conflicts.extend(committed.conflicts)
+        if not committed.changes and observed is _observe.QUIET:
+            return None  # (a run's start and end commits, unobserved: nothing to report)
         versions: dict[str, int] = {key.kind: v for key, v in committed.versions.items()}
         _observe.commit_finished(
             observed, versions=versions, ops=committed.changes, conflicts=committed.conflicts
         )
-        self.conflicts.extend(committed.conflicts)
         if not committed.changes:
             return None
-        return StateChanged(
-            versions=versions,
-            ops=committed.changes,
-            step=step,
-        )
+        return StateChanged(versions=versions, ops=committed.changes, step=step)

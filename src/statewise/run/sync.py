@@ -30,19 +30,20 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.runner = asyncio.Runner()
+        self.loop = self.runner.get_loop()
 
     def __del__(self) -> None:
         # Close the loop itself, not the Runner: Runner.close() starts a thread to shut
         # the default executor down, which deadlocks when this runs at interpreter exit.
         # Between sync calls no task is pending, so there is nothing else to finish.
-        self.runner.get_loop().close()
+        self.loop.close()
 
 
-def _thread_runner() -> asyncio.Runner:
+def _thread_loop() -> asyncio.AbstractEventLoop:
     holder: _ThreadLoop | None = getattr(_local, "loop", None)
     if holder is None:
         holder = _local.loop = _ThreadLoop()
-    return holder.runner
+    return holder.loop
 
 
 def _in_running_loop() -> bool:
@@ -50,7 +51,7 @@ def _in_running_loop() -> bool:
     return asyncio._get_running_loop() is not None
 
 
-def _run_private(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
+def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` to completion on a loop that only this call uses (see on_private_loop).
 
     `loop.run_until_complete` rather than `Runner.run`, which installs and removes a SIGINT
@@ -59,7 +60,6 @@ def _run_private(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
     """
     token = mark_private_loop()
     try:
-        loop = runner.get_loop()
         task = loop.create_task(coro)
         try:
             return loop.run_until_complete(task)
@@ -75,14 +75,14 @@ def _run_private(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if not _in_running_loop():
-        return _run_private(_thread_runner(), coro)  # the task copies our context
+        return _run_private(_thread_loop(), coro)  # the task copies our context
     result: list[T] = []
     error: list[BaseException] = []
 
     def target() -> None:
         try:
             with asyncio.Runner() as runner:
-                result.append(_run_private(runner, coro))
+                result.append(_run_private(runner.get_loop(), coro))
         except BaseException as exc:
             error.append(exc)
 
@@ -101,10 +101,10 @@ _DONE = object()
 def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
     """A sync iterator over an async one."""
     if not _in_running_loop():
-        runner = _thread_runner()
+        loop = _thread_loop()
         while True:
             try:
-                yield _run_private(runner, agen.__anext__())  # type: ignore[arg-type]
+                yield _run_private(loop, agen.__anext__())  # type: ignore[arg-type]
             except StopAsyncIteration:
                 return
     items: queue.Queue[Any] = queue.Queue(maxsize=64)
@@ -120,7 +120,7 @@ def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
 
     def pump_privately() -> None:
         with asyncio.Runner() as runner:
-            _run_private(runner, pump())
+            _run_private(runner.get_loop(), pump())
 
     context = contextvars.copy_context()
     worker = threading.Thread(

@@ -4,6 +4,11 @@
 small records a run writes (events, ops, run records) and the small argument dicts an
 offline model measures. `JsonText` builds it once per thread and reuses it; the text is
 exactly what `json.dumps` with the same options gives.
+
+It does not track the containers it is inside (`check_circular=False`): that bookkeeping
+(a dict insert and delete per container) was a fifth of encoding a run's records. A
+value that contains itself still fails, with ValueError, once the encoder's recursion
+limit is reached, as a value nested too deeply does with `json.dumps` too.
 """
 
 from __future__ import annotations
@@ -35,16 +40,13 @@ class JsonText:
         )
         self._local = threading.local()
 
-    def _encoder(self) -> tuple[Callable[[Any, int], list[str]], dict[int, Any]]:
-        """This thread's encoder and the container ids it tracks to refuse cycles."""
-        found: tuple[Callable[[Any, int], list[str]], dict[int, Any]] | None = getattr(
-            self._local, "encoder", None
-        )
+    def _encoder(self) -> Callable[[Any, int], list[str]]:
+        """This thread's encoder."""
+        found: Callable[[Any, int], list[str]] | None = getattr(self._local, "encoder", None)
         if found is None:
             plain = self._plain
-            markers: dict[int, Any] = {}
-            encode = c_make_encoder(
-                markers,
+            found = self._local.encoder = c_make_encoder(
+                None,  # no markers: cycles end at the recursion limit (see the module)
                 plain.default,
                 self._string,
                 None,
@@ -54,18 +56,17 @@ class JsonText:
                 False,
                 plain.allow_nan,
             )
-            found = self._local.encoder = (encode, markers)
         return found
 
     def dumps(self, value: Any) -> str:
         if c_make_encoder is None or isinstance(value, str):
             return self._plain.encode(value)
-        encode, markers = self._encoder()
         try:
-            return "".join(encode(value, 0))
-        except BaseException:
-            markers.clear()  # a refused value leaves the ids of its containers behind
-            raise
+            return "".join(self._encoder()(value, 0))
+        except RecursionError as exc:
+            raise ValueError(
+                "Circular reference detected, or the value is nested too deeply"
+            ) from exc
 
 
 __all__ = ["JsonText"]

@@ -1,0 +1,30 @@
+"""JsonText writes what `json.dumps` writes, and refuses what it refuses, as ValueError."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from statewise.state.jsontext import JsonText
+
+
+def test_the_text_is_json_dumps_text() -> None:
+    value = {"a": [1, 2.5, None, True, "é\n"], "b": {"c": ""}, "d": 10**30}
+    for options in ({}, {"ensure_ascii": False, "separators": (",", ":")}):
+        assert JsonText(**options).dumps(value) == json.dumps(value, **options)  # type: ignore[arg-type]
+
+
+def test_a_value_that_contains_itself_or_nests_too_deeply_is_a_value_error() -> None:
+    encoder = JsonText()
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference"):
+        encoder.dumps({"k": loop})
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        encoder.dumps(deep)
+    assert encoder.dumps([1]) == "[1]"  # usable after a failure

@@ -353,3 +353,28 @@ def test_body_limit_is_configurable(make_live: Any) -> None:
         r = c.post("/v1/agents/lister/runs", json={"input": "x" * 200})
         assert_problem(r, 413, "100 bytes")
         assert run(c, "ok")["content"] == "You said: ok"
+
+
+def test_body_limit_holds_for_chunked_bodies_without_a_content_length(make_live: Any) -> None:
+    live = make_live(max_body_bytes=100)
+
+    def chunks(body: bytes) -> Any:
+        yield from (body[i : i + 30] for i in range(0, len(body), 30))
+
+    with live.client() as c:
+        big = json.dumps({"input": "x" * 200}).encode()
+        r = c.post(
+            "/v1/agents/lister/runs",
+            content=chunks(big),
+            headers={"Content-Type": "application/json"},
+        )
+        assert "content-length" not in r.request.headers
+        assert_problem(r, 413, "100 bytes")
+        small = json.dumps({"input": "ok"}).encode()
+        r = c.post(
+            "/v1/agents/lister/runs",
+            content=chunks(small),
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["content"] == "You said: ok"

@@ -7,7 +7,6 @@ not at its first call. Everything that can be written once on top of the primiti
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import re
@@ -26,6 +25,7 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
+from statewise.db.threads import run_blocking
 from statewise.exceptions import CorruptRecordError, InvalidIdError
 
 P = ParamSpec("P")
@@ -290,7 +290,7 @@ class BaseDb(ABC):
         inline (see `on_private_loop`). SQLite overrides this with its own single thread."""
         if on_private_loop():
             return fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await run_blocking(fn, *args, **kwargs)
 
     async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking function that does I/O on this database, from async code, the

@@ -8,16 +8,13 @@ not shareable) and a process-wide lock so threads queue instead of spinning on S
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import functools
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -46,6 +43,7 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replay_scope
+from statewise.db.threads import Workers
 from statewise.exceptions import (
     CorruptRecordError,
     DatabaseUnavailableError,
@@ -348,7 +346,7 @@ class SqliteDb(BaseDb):
         self._write_lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._thread: Workers | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
         if self.db_file != ":memory:":
@@ -442,10 +440,10 @@ class SqliteDb(BaseDb):
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
-            executor, self._executor = self._executor, None
+            thread, self._thread = self._thread, None
         self._local = threading.local()
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        if thread is not None:
+            thread.close()
 
     async def _run_async(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Async callers on a shared loop (a server) reach SQLite through one dedicated
@@ -457,14 +455,10 @@ class SqliteDb(BaseDb):
         with self._connections_lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="statewise-sqlite"
-                )
-            executor = self._executor
-        context = contextvars.copy_context()
-        future = executor.submit(context.run, functools.partial(fn, *args, **kwargs))
-        return await asyncio.wrap_future(future)
+            if self._thread is None:
+                self._thread = Workers(1, "statewise-sqlite")
+            thread = self._thread
+        return await thread.run(fn, *args, **kwargs)
 
     def _schema_version(self, conn: sqlite3.Connection) -> int:
         """This table prefix's schema version. Several prefixes can share one file, so the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Any
 
@@ -27,11 +28,6 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        problem = Problem(
-            413,
-            f"the request body is larger than the server's limit of {self.max_bytes} bytes",
-            title="Request body too large",
-        )
         declared: int | None = None
         for name, value in scope.get("headers", []):
             if name == b"content-length":
@@ -39,8 +35,13 @@ class BodyLimitMiddleware:
                     declared = int(value)
                 except ValueError:
                     declared = None
-        if declared is not None and declared > self.max_bytes:
-            await problem_response(problem, scope.get("path"))(scope, receive, send)
+        if declared is not None:
+            # The body cannot be longer than its Content-Length (the HTTP server reads
+            # that many bytes and no more), so a declared size is the whole check.
+            if declared > self.max_bytes:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         buffered: list[Message] = []
         seen = 0
@@ -51,7 +52,7 @@ class BodyLimitMiddleware:
                 break
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
-                await problem_response(problem, scope.get("path"))(scope, receive, send)
+                await self._refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -63,7 +64,16 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        problem = Problem(
+            413,
+            f"the request body is larger than the server's limit of {self.max_bytes} bytes",
+            title="Request body too large",
+        )
+        await problem_response(problem, scope.get("path"))(scope, receive, send)
 
+
+@functools.lru_cache(maxsize=1024)
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False

@@ -6,14 +6,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from statewise.db.base import validate_id
 from statewise.exceptions import SessionExistsError
 from statewise.server._auth import Principal
-from statewise.server._deps import get_principal, get_registry
+from statewise.server._deps import caller
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._schema import (
@@ -163,12 +163,11 @@ async def create_run(
     body: RunBody,
     kind: Annotated[Kind, Path(description="agents, teams or workflows")],
     name: Annotated[str, Path(max_length=128)],
-    registry: Annotated[Registry, Depends(get_registry)],
-    principal: Annotated[Principal, Depends(get_principal)],
-    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+    request: Request,
 ) -> Response:
+    registry, principal = caller(request)
     served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
-    if "text/event-stream" in (accept or ""):
+    if "text/event-stream" in request.headers.get("accept", ""):
         events = await _start(served, body, session_id, user_id, stream=True)
         return await _event_stream(served, events)
     output = await _start(served, body, session_id, user_id, stream=False)
@@ -193,9 +192,9 @@ async def stream_run(
     body: RunBody,
     kind: Annotated[Kind, Path(description="agents, teams or workflows")],
     name: Annotated[str, Path(max_length=128)],
-    registry: Annotated[Registry, Depends(get_registry)],
-    principal: Annotated[Principal, Depends(get_principal)],
+    request: Request,
 ) -> StreamingResponse:
+    registry, principal = caller(request)
     served, session_id, user_id = await _prepare(body, kind, name, registry, principal)
     events = await _start(served, body, session_id, user_id, stream=True)
     return await _event_stream(served, events)

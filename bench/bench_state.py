@@ -2,6 +2,7 @@
 
     python bench/bench_state.py            # full (about a minute)
     python bench/bench_state.py --quick    # smaller counts, for a smoke test
+    python bench/bench_state.py --only hundreds,first5   # just those rows (see --help)
 
 Every run is a one-tool-call run (the tool appends one item) on SQLite on disk with the
 default durability (WAL, synchronous=FULL), driven by an offline model. Measured:
@@ -13,6 +14,8 @@ default durability (WAL, synchronous=FULL), driven by an offline model. Measured
   runs 91-100 and 491-500 are timed between two chunks of the floor, in one invocation;
 * a run on a session holding 100,000 items (~10 MB) against one holding 100, in steady
   state and for each of the first 5 runs after the big write;
+* database bytes a write of the 100,000 items adds, against their size (each copy of
+  the state stored is one more);
 * database bytes written per run, against the size of the change;
 * pages a run writes to the WAL (each one written and synced in its commit), against the
   floor's.
@@ -165,10 +168,29 @@ def advance(agent: Agent, session_id: str, runs: int) -> None:
         agent.run("go", session_id=session_id)
 
 
+SECTIONS = {
+    "steady": "the interleaved rows: floor, run #1, #10, #N, 100 vs 100,000 items, in-memory",
+    "pages": "pages a run writes to the WAL",
+    "construct": "building an agent",
+    "hundreds": "runs 91-100 and 491-500 against the floor",
+    "first5": "the first 5 runs after writing the 100,000 items",
+    "growth": "database growth by the big write and per run",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help="comma-separated rows to measure (default: all): "
+        + "; ".join(f"{name}: {what}" for name, what in SECTIONS.items()),
+    )
     args = parser.parse_args()
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    if only - set(SECTIONS):
+        parser.error(f"--only: unknown {', '.join(sorted(only - set(SECTIONS)))}")
     long_runs = 1_000 if args.quick else 10_000
     big_items = 10_000 if args.quick else 100_000
     chunk, rounds = (10, 8) if args.quick else (20, 15)
@@ -176,11 +198,13 @@ def main() -> None:
     console = Console(width=150)
     agent = make_agent(work / "bench.db")
     memory_agent = Agent(model=FunctionModel(model), tools=[add], session_state={"items": []})
+    rows: list[tuple[str, str, str]] = []
 
-    # Prepare: a session at run #N, and one holding many items.
-    for _ in range(long_runs - chunk * rounds // 2):
-        agent.run("go", session_id="long")
-    commits = commits_per_run(agent, "long")
+    # Prepare: a session at run #N (only for the rows that use it), and one holding many items.
+    counted = "long" if "steady" in only or "pages" in only else "count"
+    for _ in range(long_runs - chunk * rounds // 2 if counted == "long" else 10):
+        agent.run("go", session_id=counted)
+    commits = commits_per_run(agent, counted)
     item = {"sku": "SKU-000000", "name": "a product name", "qty": 1, "tags": ["a", "b"]}
     big = [dict(item, sku=f"SKU-{i:06d}") for i in range(big_items)]
     agent.state.for_session("big").set("items", big)
@@ -190,113 +214,140 @@ def main() -> None:
     agent.run("go", session_id="hundred")
     memory_agent.run("go", session_id="memory")
     bare = BareCommits(work / "floor.db", commits)
-    young = iter(range(10**9))
+    rows.append(("commits per one-tool-call run", f"{commits}", ""))
 
-    def young_session() -> float:
-        session_id = f"young-{next(young)}"
-        for _ in range(9):
-            agent.run("go", session_id=session_id)
-        return timed(lambda: agent.run("go", session_id=session_id), chunk)
+    if "construct" in only:
+        construct_us, construct_peak = construction(agent.db, 2_000 if args.quick else 10_000)  # type: ignore[arg-type]
+        rows.append(("construct an agent with one tool", f"{construct_us:.1f} µs", ""))
+        rows.append(
+            ("  tracemalloc peak of one construction", f"{construct_peak / 1024:.1f} KiB", "")
+        )
 
-    new = iter(range(10**9))
-    ms = interleaved(
-        {
-            "floor": lambda: timed(bare.run, chunk),
-            "new": lambda: timed(lambda: agent.run("go", session_id=f"new-{next(new)}"), chunk),
-            "young": young_session,
-            "long": lambda: timed(lambda: agent.run("go", session_id="long"), chunk),
-            "hundred": lambda: timed(lambda: agent.run("go", session_id="hundred"), chunk),
-            "big": lambda: timed(lambda: agent.run("go", session_id="big"), chunk),
-            "memory": lambda: timed(lambda: memory_agent.run("go", session_id="memory"), chunk),
-        },
-        rounds,
-    )
-    wal_pages = wal_pages_per_run(work / "bench.db", lambda: agent.run("go", session_id="long"))
-    floor_pages = wal_pages_per_run(work / "floor.db", bare.run)
-    construct_us, construct_peak = construction(agent.db, 2_000 if args.quick else 10_000)  # type: ignore[arg-type]
+    if "steady" in only:
+        young = iter(range(10**9))
 
-    # Runs 91-100 and 491-500 of fresh sessions, each chunk between two chunks of the floor.
-    runs_at: dict[int, list[float]] = {100: [], 500: []}
-    floors: list[float] = []
-    for r in range(2 if args.quick else 3):
-        session_id = f"hundreds-{r}"
-        done = 0
+        def young_session() -> float:
+            session_id = f"young-{next(young)}"
+            for _ in range(9):
+                agent.run("go", session_id=session_id)
+            return timed(lambda: agent.run("go", session_id=session_id), chunk)
+
+        new = iter(range(10**9))
+        ms = interleaved(
+            {
+                "floor": lambda: timed(bare.run, chunk),
+                "new": lambda: timed(lambda: agent.run("go", session_id=f"new-{next(new)}"), chunk),
+                "young": young_session,
+                "long": lambda: timed(lambda: agent.run("go", session_id="long"), chunk),
+                "hundred": lambda: timed(lambda: agent.run("go", session_id="hundred"), chunk),
+                "big": lambda: timed(lambda: agent.run("go", session_id="big"), chunk),
+                "memory": lambda: timed(lambda: memory_agent.run("go", session_id="memory"), chunk),
+            },
+            rounds,
+        )
+        f = ms["floor"]
+        rows += [
+            ("in-memory run (no database)", f"{ms['memory']:.3f} ms", ""),
+            ("floor: the bare SQLite commits of a run", f"{f:.3f} ms", "1.00x"),
+            ("run #1 (new session)", f"{ms['new']:.3f} ms", f"{ms['new'] / f:.2f}x floor"),
+            (
+                "run #10 of a session",
+                f"{ms['young']:.3f} ms",
+                f"{ms['young'] / f:.2f}x floor (target <= 3x)",
+            ),
+            (
+                f"run #{long_runs:,} of a session",
+                f"{ms['long']:.3f} ms",
+                f"{ms['long'] / ms['young']:.2f}x run #10 (target <= 1.2x)",
+            ),
+            ("run with 100 items in state", f"{ms['hundred']:.3f} ms", ""),
+            (
+                f"run with {big_items:,} items ({state_bytes / 1e6:.1f} MB) in state",
+                f"{ms['big']:.3f} ms",
+                f"{ms['big'] / ms['hundred']:.2f}x 100 items (target <= 1.5x)",
+            ),
+        ]
+
+    if "pages" in only:
+        wal_pages = wal_pages_per_run(
+            work / "bench.db", lambda: agent.run("go", session_id=counted)
+        )
+        floor_pages = wal_pages_per_run(work / "floor.db", bare.run)
+        rows.append(
+            ("pages written to the WAL per run", f"{wal_pages:.1f}", f"floor {floor_pages:.1f}")
+        )
+
+    if "hundreds" in only:
+        # Runs 91-100 and 491-500 of fresh sessions, each chunk between two chunks of the floor.
+        runs_at: dict[int, list[float]] = {100: [], 500: []}
+        floors: list[float] = []
+        for r in range(2 if args.quick else 3):
+            session_id = f"hundreds-{r}"
+            done = 0
+            for upto in (100, 500):
+                advance(agent, session_id, upto - 10 - done)
+                floors.append(timed(bare.run, 10))
+                runs_at[upto].append(
+                    timed(lambda sid=session_id: agent.run("go", session_id=sid), 10)
+                )  # type: ignore[misc]
+                floors.append(timed(bare.run, 10))
+                done = upto
+        floor_at = statistics.median(floors)
         for upto in (100, 500):
-            advance(agent, session_id, upto - 10 - done)
-            floors.append(timed(bare.run, 10))
-            runs_at[upto].append(timed(lambda sid=session_id: agent.run("go", session_id=sid), 10))  # type: ignore[misc]
-            floors.append(timed(bare.run, 10))
-            done = upto
-    floor_at = statistics.median(floors)
+            at = statistics.median(runs_at[upto])
+            rows.append(
+                (
+                    f"runs {upto - 9}-{upto} of a session",
+                    f"{at:.3f} ms",
+                    f"{at / floor_at:.2f}x floor {floor_at:.3f} ms (target <= 1.25x)",
+                )
+            )
 
-    # The first 5 runs after writing ~10 MB, each against the 100-item runs right after it.
-    first: list[list[float]] = [[] for _ in range(5)]
-    for r in range(2 if args.quick else 3):
-        session_id = f"fresh-big-{r}"
-        agent.state.for_session(session_id).set("items", big)
-        for i in range(5):  # the big run first: run 1 comes straight after the write
-            run_big = lambda sid=session_id: agent.run("go", session_id=sid)  # type: ignore[misc]  # noqa: E731
-            big_ms = timed(run_big, 1)
-            first[i].append(big_ms / timed(lambda: agent.run("go", session_id="hundred"), 3))
-    first_ratios = [statistics.median(values) for values in first]
+    if "first5" in only:
+        # The first 5 runs after writing ~10 MB, each against the 100-item runs right after it.
+        first: list[list[float]] = [[] for _ in range(5)]
+        for r in range(2 if args.quick else 3):
+            session_id = f"fresh-big-{r}"
+            agent.state.for_session(session_id).set("items", big)
+            for i in range(5):  # the big run first: run 1 comes straight after the write
+                run_big = lambda sid=session_id: agent.run("go", session_id=sid)  # type: ignore[misc]  # noqa: E731
+                big_ms = timed(run_big, 1)
+                first[i].append(big_ms / timed(lambda: agent.run("go", session_id="hundred"), 3))
+        first_ratios = [statistics.median(values) for values in first]
+        rows.append(
+            (
+                f"each of the first 5 runs after writing {big_items:,} items",
+                ", ".join(f"{r:.2f}x" for r in first_ratios),
+                f"worst {max(first_ratios):.2f}x 100 items (target <= 1.5x)",
+            )
+        )
 
-    # Growth: bytes the database grows by per run on the big session.
-    growth_db = work / "growth.db"
-    grower = make_agent(growth_db)
-    grower.state.for_session("big").set("items", big)
-    grower.run("go", session_id="big")
-    before = db_bytes(growth_db)
-    growth_runs = 200 if args.quick else 500
-    for _ in range(growth_runs):
+    if "growth" in only:
+        growth_db = work / "growth.db"
+        grower = make_agent(growth_db)
+        grower.run("go", session_id="small")
+        empty = db_bytes(growth_db)
+        grower.state.for_session("big").set("items", big)
+        big_write = db_bytes(growth_db) - empty
         grower.run("go", session_id="big")
-    growth = (db_bytes(growth_db) - before) / growth_runs
+        before = db_bytes(growth_db)
+        growth_runs = 200 if args.quick else 500
+        for _ in range(growth_runs):
+            grower.run("go", session_id="big")
+        growth = (db_bytes(growth_db) - before) / growth_runs
+        rows += [
+            (
+                f"database growth by writing the {big_items:,} items",
+                f"{big_write / 1e6:,.1f} MB",
+                f"{big_write / state_bytes:.2f}x the state",
+            ),
+            (
+                "database growth per run (big state)",
+                f"{growth:,.0f} B",
+                f"{growth / state_bytes * 100:.4f}% of the state",
+            ),
+        ]
 
-    f = ms["floor"]
-    rows = [
-        ("construct an agent with one tool", f"{construct_us:.1f} µs", ""),
-        ("  tracemalloc peak of one construction", f"{construct_peak / 1024:.1f} KiB", ""),
-        ("in-memory run (no database)", f"{ms['memory']:.3f} ms", ""),
-        ("commits per one-tool-call run", f"{commits}", ""),
-        ("floor: the bare SQLite commits of a run", f"{f:.3f} ms", "1.00x"),
-        ("pages written to the WAL per run", f"{wal_pages:.1f}", f"floor {floor_pages:.1f}"),
-        ("run #1 (new session)", f"{ms['new']:.3f} ms", f"{ms['new'] / f:.2f}x floor"),
-        (
-            "run #10 of a session",
-            f"{ms['young']:.3f} ms",
-            f"{ms['young'] / f:.2f}x floor (target <= 3x)",
-        ),
-        (
-            "runs 91-100 of a session",
-            f"{statistics.median(runs_at[100]):.3f} ms",
-            f"{statistics.median(runs_at[100]) / floor_at:.2f}x floor (target <= 1.25x)",
-        ),
-        (
-            "runs 491-500 of a session",
-            f"{statistics.median(runs_at[500]):.3f} ms",
-            f"{statistics.median(runs_at[500]) / floor_at:.2f}x floor (target <= 1.25x)",
-        ),
-        (
-            f"run #{long_runs:,} of a session",
-            f"{ms['long']:.3f} ms",
-            f"{ms['long'] / ms['young']:.2f}x run #10 (target <= 1.2x)",
-        ),
-        ("run with 100 items in state", f"{ms['hundred']:.3f} ms", ""),
-        (
-            f"run with {big_items:,} items ({state_bytes / 1e6:.1f} MB) in state",
-            f"{ms['big']:.3f} ms",
-            f"{ms['big'] / ms['hundred']:.2f}x 100 items (target <= 1.5x)",
-        ),
-        (
-            "  each of the first 5 runs after writing it",
-            ", ".join(f"{r:.2f}x" for r in first_ratios),
-            f"worst {max(first_ratios):.2f}x 100 items (target <= 1.5x)",
-        ),
-        (
-            "database growth per run (big state)",
-            f"{growth:,.0f} B",
-            f"{growth / state_bytes * 100:.4f}% of the state",
-        ),
-    ]
     table = Table(
         title=f"statewise state engine: SQLite WAL synchronous=FULL, "
         f"{rounds} interleaved rounds of {chunk} runs"

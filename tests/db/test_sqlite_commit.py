@@ -1,13 +1,16 @@
-"""SQLite's commit path: rows holding a large text (a big state write's delta, snapshot
-and event, a big tool result) go through statements of their own (`sqlite._insert_rows`)
+"""SQLite's commit path: rows holding a large text (a big state write's delta and
+snapshot, a big tool result) go through statements of their own (`sqlite._insert_rows`)
 and must land exactly like small rows, in order, with nothing extra inserted; a commit id
-that landed before applies nothing again."""
+that landed before applies nothing again; a `state_delta` event refers to its delta
+instead of copying it."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+from cryptography.fernet import Fernet
 
 from statewise import Agent
 from statewise.db import SqliteDb
@@ -22,6 +25,7 @@ from statewise.db.records import (
 from statewise.db.sqlite import LARGE_VALUE
 from statewise.db.store import SessionSpec, StateStore
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from statewise.state.secrets import Cipher
 
 BIG = "x" * (LARGE_VALUE + 1)
 
@@ -189,3 +193,38 @@ def test_a_write_that_fills_the_wal_starts_it_over_itself(tmp_path: Path) -> Non
     assert after_write != before  # the write started the WAL over...
     assert wal_header(db_file) == after_write  # ...so the runs after it did not
     assert make_agent(db_file).get_session_state("s")["items"] == ["x" * 5_000_000, "b", "c"]
+
+
+def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path: Path) -> None:
+    """A big state write is stored as its delta (and a snapshot), not a third time in its
+    `state_delta` event: the event row refers to the delta, and reads back with the ops.
+    An event showing less than its delta (a secret redacted) keeps its own copy."""
+    db_file = tmp_path / "s.db"
+    db = SqliteDb(db_file=db_file)
+    store = StateStore(db, secret_keys=["token"], cipher=Cipher(Fernet.generate_key()))
+    spec = SessionSpec(session_id="s")
+    with store.begin(spec) as txn:
+        txn.state["items"] = [BIG]
+        txn.commit()
+    with store.begin(spec) as txn:
+        txn.state["token"] = "hunter2"
+        txn.state["n"] = 1
+        txn.commit()
+
+    events = db.read_events("s")
+    shown = [e.data for e in events if e.type == "state_delta" and e.data["scope"] == "session"]
+    assert [[op for s in data["segments"] for op in s["ops"]] for data in shown] == [
+        [{"op": "set", "path": ["items"], "value": [BIG]}],
+        [
+            {"op": "set", "path": ["token"], "value": "***"},
+            {"op": "set", "path": ["n"], "value": 1},
+        ],
+    ]
+    assert [data["version"] for data in shown] == [1, 2]
+    with sqlite3.connect(db_file) as conn:
+        stored = [row[0] for row in conn.execute("SELECT data FROM statewise_events ORDER BY seq")]
+    assert max(len(text) for text in stored) < 1000  # the big write's ops are in its delta only
+    assert "hunter2" not in "".join(stored) and any("***" in text for text in stored)
+    fresh = SqliteDb(db_file=db_file)
+    assert [e.to_dict() for e in fresh.read_events("s")] == [e.to_dict() for e in events]
+    assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data

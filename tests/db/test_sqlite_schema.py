@@ -185,5 +185,5 @@ def test_a_schema_4_database_whose_indexes_were_dropped_by_hand_migrates(
     with SqliteDb(db_file=target) as db:
         assert len(db.list_sessions()) == 5
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
     assert ["user_id"] in session_indexes(target).values()

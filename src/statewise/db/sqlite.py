@@ -34,14 +34,16 @@ from statewise.db.records import (
     DeltaRecord,
     DeltaSegment,
     EventRecord,
+    NewEvent,
     RunRecord,
     ScopeKey,
     ScopeState,
+    ScopeWrite,
     SessionRecord,
     decode_commit_result,
     encode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.replay import decode_delta_row, decode_segments, replay_scope
 from statewise.db.threads import Workers, run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
@@ -107,6 +109,48 @@ def _insert_rows(
 
 def _holds_large_text(row: tuple[Any, ...]) -> bool:
     return any(isinstance(value, str) and len(value) > LARGE_VALUE for value in row)
+
+
+DELTA_REFERENCE = "@"
+"""Starts the stored text of a `state_delta` event whose segments are read from its delta
+row (no JSON text starts with it)."""
+
+
+def _event_text(event: NewEvent, writes: Sequence[ScopeWrite]) -> str:
+    """An event's data as stored. A `state_delta` event carrying exactly the ops its commit
+    writes to a scope's delta (nothing in it was redacted) is stored without them, as a
+    reference to that delta: a big state write is then stored twice (delta and snapshot),
+    not three times, and its ops are encoded once. `read_events` puts them back."""
+    data = event.data
+    if event.type == "state_delta":
+        for write in writes:
+            if (
+                data.get("scope") == write.key.kind
+                and data.get("scope_id") == write.key.id
+                and data.get("version") == write.base_version + 1
+                and _same_segments(data.get("segments"), write.segments)
+            ):
+                rest = {name: value for name, value in data.items() if name != "segments"}
+                return DELTA_REFERENCE + _codec.dumps(rest)
+    return _codec.dumps(data)
+
+
+def _same_segments(segments: Any, stored: Sequence[DeltaSegment]) -> bool:
+    """Whether an event's `segments` are the stored segments' own op objects (a redacted
+    op is a new object, so an event showing less than the delta never matches)."""
+    return (
+        isinstance(segments, list)
+        and len(segments) == len(stored)
+        and all(
+            isinstance(shown, dict)
+            and shown.keys() == {"source", "ops"}
+            and shown["source"] == segment.source
+            and isinstance(shown["ops"], list)
+            and len(shown["ops"]) == len(segment.ops)
+            and all(a is b for a, b in zip(shown["ops"], segment.ops, strict=True))
+            for shown, segment in zip(segments, stored, strict=True)
+        )
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -237,6 +281,10 @@ def _migrations(p: str) -> list[str]:
         DROP INDEX IF EXISTS {p}sessions_by_time;
         CREATE INDEX IF NOT EXISTS {p}sessions_of_user ON {p}sessions (user_id);
         """,
+        # 6: a `state_delta` event may be stored as a reference to its delta (see
+        # `_event_text`); nothing to change in existing rows, but a statewise that does not
+        # know the form must refuse the database instead of reading those events as corrupt.
+        "",
     ]
 
 
@@ -615,28 +663,59 @@ class SqliteDb(BaseDb):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        rows = self._conn.execute(sql, params).fetchall()
-        if newest_first:
-            rows.reverse()
-        events = []
-        for seq, run_id, type_, data, created_at in rows:
-            try:
-                decoded = _codec.loads(data)
-            except ValueError as exc:
-                raise CorruptRecordError(
-                    f"session {session_id!r}: event {seq} is not JSON"
-                ) from exc
-            events.append(
-                EventRecord(
-                    session_id=session_id,
-                    seq=seq,
-                    run_id=run_id,
-                    type=type_,
-                    data=decoded,
-                    created_at=created_at,
-                )
-            )
+        conn = self._conn
+        # One read transaction, so the deltas that events refer to are read with them.
+        conn.execute("BEGIN")
+        try:
+            rows = conn.execute(sql, params).fetchall()
+            if newest_first:
+                rows.reverse()
+            events = [self._event_from_row(conn, session_id, *row) for row in rows]
+        finally:
+            conn.execute("COMMIT")
         return events
+
+    def _event_from_row(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        seq: int,
+        run_id: str | None,
+        type_: str,
+        data: str | bytes,
+        created_at: float,
+    ) -> EventRecord:
+        reference = isinstance(data, str) and data.startswith(DELTA_REFERENCE)
+        try:
+            decoded = _codec.loads(data[1:] if reference else data)
+        except ValueError as exc:
+            raise CorruptRecordError(f"session {session_id!r}: event {seq} is not JSON") from exc
+        if reference:
+            decoded["segments"] = self._referenced_segments(conn, session_id, seq, decoded)
+        return EventRecord(
+            session_id=session_id,
+            seq=seq,
+            run_id=run_id,
+            type=type_,
+            data=decoded,
+            created_at=created_at,
+        )
+
+    def _referenced_segments(
+        self, conn: sqlite3.Connection, session_id: str, seq: int, data: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The segments of the delta a `state_delta` event refers to (see `_event_text`)."""
+        row = conn.execute(
+            f"SELECT segments FROM {self.table_prefix}deltas "
+            f"WHERE kind = ? AND scope_id = ? AND version = ?",
+            (data.get("scope"), data.get("scope_id"), data.get("version")),
+        ).fetchone()
+        if row is None:
+            raise CorruptRecordError(
+                f"session {session_id!r}: event {seq} refers to a delta that is missing"
+            )
+        key = ScopeKey(data["scope"], data["scope_id"])
+        return [s.to_dict() for s in decode_segments(key, data["version"], row[0])]
 
     _RUN_COLUMNS = (
         "run_id, status, agent_name, input, content, messages, metrics, error, "
@@ -913,7 +992,7 @@ class SqliteDb(BaseDb):
                         first_seq + i,
                         event.run_id,
                         event.type,
-                        _codec.dumps(event.data),
+                        _event_text(event, commit.writes),
                         now,
                     )
                     for i, event in enumerate(commit.events)

@@ -727,14 +727,16 @@ def new_id() -> str:
     page, and a commit rewrites fewer pages. The random half keeps ids unique across
     processes and unguessable; it comes from the OS's generator in batches, because a
     system call per id was a noticeable part of a small run (a run takes four ids).
-    `list.pop` and `list.extend` are atomic, so threads never share a half.
+    `list.pop` and `list.extend` are atomic, so threads never share a half; a thread
+    whose refill other threads emptied before it could take one refills again.
     """
-    try:
-        half = _random_halves.pop()
-    except IndexError:
-        _refill_random_halves()
-        half = _random_halves.pop()
-    return f"{time.time_ns():016x}{half}"
+    while True:
+        try:
+            half = _random_halves.pop()
+        except IndexError:
+            _refill_random_halves()
+        else:
+            return f"{time.time_ns():016x}{half}"
 
 
 __all__ = [

@@ -228,3 +228,41 @@ def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path:
     fresh = SqliteDb(db_file=db_file)
     assert [e.to_dict() for e in fresh.read_events("s")] == [e.to_dict() for e in events]
     assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data
+
+
+class TracedDb(SqliteDb):
+    """A SqliteDb whose connections report each statement SQLite runs."""
+
+    def __init__(self, db_file: Path) -> None:
+        self.statements: list[str] = []
+        super().__init__(db_file=db_file)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = super()._connect()
+        conn.set_trace_callback(self.statements.append)
+        return conn
+
+
+def test_a_commits_events_go_in_as_one_statement(tmp_path: Path) -> None:
+    """Every statement a commit runs is one more to bind and step on the commit's path:
+    its events, however many, go in together (a run's commit has two to four)."""
+    db = TracedDb(tmp_path / "s.db")
+    session = SessionRecord(session_id="t")
+    db.commit(Commit(session=session, commit_id="a", create_session=True))
+    db.statements.clear()
+    db.commit(
+        Commit(session=session, commit_id="b", events=[NewEvent(type=f"e{i}") for i in range(4)])
+    )
+    inserts = [s for s in db.statements if s.startswith("INSERT INTO statewise_events")]
+    assert len(inserts) == 1
+    assert [e.type for e in db.read_events("t")] == ["e0", "e1", "e2", "e3"]
+
+
+def test_more_events_than_one_statement_binds_land_in_order(tmp_path: Path) -> None:
+    """A commit with more events than one statement's bound values can carry (999 in older
+    SQLite builds) lands them all, numbered in order."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    events = [NewEvent(type="note", data={"i": i}) for i in range(400)]
+    db.commit(Commit(session=SessionRecord(session_id="t"), create_session=True, events=events))
+    stored = db.read_events("t")
+    assert [(e.seq, e.data["i"]) for e in stored] == [(i + 1, i) for i in range(400)]

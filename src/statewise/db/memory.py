@@ -32,7 +32,7 @@ from statewise.db.records import (
     decode_commit_result,
     encode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.exceptions import CorruptRecordError, StorageError, VersionConflict
 
 P = ParamSpec("P")
@@ -145,20 +145,14 @@ class InMemoryDb(BaseDb):
                     for v in range(scope.snapshot_version + 1, scope.version + 1)
                     if v in scope.deltas
                 ]
-                data = replay_scope(
+                result[key] = replayed_scope(
                     key,
+                    scope.version,
                     scope.snapshot_version,
+                    scope.snapshot_bytes,
+                    scope.tail_bytes,
                     scope.snapshots.get(scope.snapshot_version),
                     rows,
-                    scope.version,
-                )
-                result[key] = ScopeState(
-                    key=key,
-                    version=scope.version,
-                    data=data,
-                    snapshot_version=scope.snapshot_version,
-                    snapshot_bytes=scope.snapshot_bytes,
-                    tail_bytes=scope.tail_bytes,
                 )
         return result
 

@@ -67,7 +67,7 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
-from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     CorruptRecordError,
@@ -103,21 +103,8 @@ def _scope_state(
     delta_segments: Sequence[Any] | None,
 ) -> ScopeState:
     """A scope as `load_query` (or `read_query`) reads it: its snapshot and the deltas after it."""
-    data = replay_scope(
-        key,
-        snapshot_version,
-        state,
-        zip(delta_versions or [], delta_segments or [], strict=False),
-        version,
-    )
-    return ScopeState(
-        key=key,
-        version=version,
-        data=data,
-        snapshot_version=snapshot_version,
-        snapshot_bytes=snapshot_bytes,
-        tail_bytes=tail_bytes,
-    )
+    deltas = zip(delta_versions or [], delta_segments or [], strict=False)
+    return replayed_scope(key, version, snapshot_version, snapshot_bytes, tail_bytes, state, deltas)
 
 
 def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> ScopesRead:

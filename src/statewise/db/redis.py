@@ -59,7 +59,7 @@ from statewise.db.records import (
     SessionRecord,
     decode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, replay_scope
+from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     DatabaseUnavailableError,
@@ -83,15 +83,7 @@ def _scope_state(key: ScopeKey, row: Sequence[Any]) -> ScopeState:
     """A scope from a LOAD row: its snapshot and the deltas after it, replayed."""
     version, sv, sbytes, tbytes, snapshot, *segments = row
     deltas = zip(range(sv + 1, version + 1), segments, strict=False)
-    data = replay_scope(key, sv, snapshot or None, deltas, version) if version else {}
-    return ScopeState(
-        key=key,
-        version=version,
-        data=data,
-        snapshot_version=sv,
-        snapshot_bytes=sbytes,
-        tail_bytes=tbytes,
-    )
+    return replayed_scope(key, version, sv, sbytes, tbytes, snapshot or None, deltas)
 
 
 class RedisDb(BaseDb):

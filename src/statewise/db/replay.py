@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from statewise.db import _codec
-from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
+from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey, ScopeState
 from statewise.exceptions import CorruptRecordError, StateError
 from statewise.state.ops import Op, apply_op
 
@@ -97,3 +97,25 @@ def replay_scope(
     if expected != version:
         raise CorruptRecordError(f"{key}: deltas end at version {expected}, scope says {version}")
     return doc
+
+
+def replayed_scope(
+    key: ScopeKey,
+    version: int,
+    snapshot_version: int,
+    snapshot_bytes: int,
+    tail_bytes: int,
+    snapshot_text: str | bytes | None,
+    delta_rows: Iterable[tuple[int, str | bytes]],
+) -> ScopeState:
+    """A scope as a backend read it (its row, its snapshot, the deltas after it), replayed:
+    every backend's load and read builds its scopes here, so they measure and check them
+    alike."""
+    return ScopeState(
+        key=key,
+        version=version,
+        data=replay_scope(key, snapshot_version, snapshot_text, delta_rows, version),
+        snapshot_version=snapshot_version,
+        snapshot_bytes=snapshot_bytes,
+        tail_bytes=tail_bytes,
+    )

@@ -43,7 +43,7 @@ from statewise.db.records import (
     decode_commit_result,
     encode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, decode_segments, replay_scope
+from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
 from statewise.db.threads import Workers, run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
@@ -600,14 +600,8 @@ class SqliteDb(BaseDb):
                 ).fetchall()
             finally:
                 conn.execute("COMMIT")
-            data = replay_scope(key, snapshot_version, snapshot_text, deltas, version)
-            result[key] = ScopeState(
-                key=key,
-                version=version,
-                data=data,
-                snapshot_version=snapshot_version,
-                snapshot_bytes=snapshot_bytes,
-                tail_bytes=tail_bytes,
+            result[key] = replayed_scope(
+                key, version, snapshot_version, snapshot_bytes, tail_bytes, snapshot_text, deltas
             )
         return result
 

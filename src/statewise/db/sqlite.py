@@ -74,24 +74,10 @@ WAL_AUTOCHECKPOINT = 1000
 database file (SQLite's default, set explicitly because `SqliteDb.commit` counts on it)."""
 
 
-MAX_VARIABLES = 999
-"""Values one statement may bind: the bound of SQLite builds before 3.32 (newer ones allow
-32,766), so a multi-row INSERT never asks for more than any build gives."""
-
-
-@functools.lru_cache(maxsize=256)
-def _values_sql(table: str, columns: str, width: int, rows: int) -> str:
-    row = "(" + ",".join("?" * width) + ")"
-    return f"INSERT INTO {table} ({columns}) VALUES " + ",".join([row] * rows)
-
-
 def _insert_rows(
     conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
 ) -> int:
     """INSERT `rows` into `table`; the length of the large texts among them.
-
-    Small rows go in as one multi-row INSERT: one statement to bind and step instead of
-    one per row (a commit's events are two to four rows).
 
     SQLite keeps its copy of a value bound to a cached statement until that statement is
     bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
@@ -101,20 +87,17 @@ def _insert_rows(
     that insert nothing, so the large copy is freed within the write that made it.
     """
     width = len(rows[0]) if rows else 0
+    marks = ",".join("?" * width)
     small: list[tuple[Any, ...]] = []
     large: list[tuple[Any, ...]] = []
     for row in rows:
         (large if _holds_large_text(row) else small).append(row)
-    per_statement = MAX_VARIABLES // width if width else 1
-    for start in range(0, len(small), per_statement):
-        chunk = small[start : start + per_statement]
-        conn.execute(
-            _values_sql(table, columns, width, len(chunk)),
-            [value for row in chunk for value in row],
-        )
+    if len(small) == 1:
+        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
+    elif small:
+        conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
     if not large:
         return 0
-    marks = ",".join("?" * width)
     large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
     written = 0
     for row in large:

@@ -281,6 +281,21 @@ def test_definition() -> None:
     assert fn.definition() == ToolDefinition(name="f", description="Doc.", parameters=fn.parameters)
 
 
+def test_definition_is_made_once_and_again_after_a_rename() -> None:
+    """Every model request of every run asks for the tool's definition: it is made once,
+    and made again only when the tool was renamed since."""
+
+    def f(x: int) -> None:
+        """Doc."""
+
+    fn = Function.from_callable(f)
+    first = fn.definition()
+    assert fn.definition() is first
+    fn.name = "g"
+    assert fn.definition() == ToolDefinition(name="g", description="Doc.", parameters=fn.parameters)
+    assert fn.definition() is fn.definition()
+
+
 # -- validation ---------------------------------------------------------------------------
 
 

@@ -38,17 +38,21 @@ def estimate_usage(messages: list[Message], response: ModelResponse) -> Usage:
     prompt = 0
     for m in messages:
         if m.content:
-            prompt += max(1, (len(m.content) + 3) // 4)
-        for call in m.tool_calls:
-            prompt += _call_tokens(call)
-    output = estimate_tokens(response.content)
-    for call in response.tool_calls:
-        output += _call_tokens(call)
+            prompt += (len(m.content) + 3) // 4  # (at least one: the text is not empty)
+        if m.tool_calls:
+            prompt += _calls_tokens(m.tool_calls)
+    output = (len(response.content) + 3) // 4 if response.content else 0
+    if response.tool_calls:
+        output += _calls_tokens(response.tool_calls)
     return Usage(input_tokens=prompt, output_tokens=output, requests=1)
 
 
-def _call_tokens(call: ToolCall) -> int:
-    return estimate_tokens(_json.dumps(call.arguments)) + estimate_tokens(call.name)
+def _calls_tokens(calls: list[ToolCall]) -> int:
+    # Each call's JSON arguments and its name (never empty) count as text of their own.
+    tokens = 0
+    for call in calls:
+        tokens += (len(_json.dumps(call.arguments)) + 3) // 4 + (len(call.name) + 3) // 4
+    return tokens
 
 
 def word_chunks(text: str) -> list[str]:

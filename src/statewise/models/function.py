@@ -60,7 +60,7 @@ class FunctionModel(Model):
 
     async def request(self, messages: list[Message], info: RequestInfo) -> ModelResponse:
         result = self.fn(messages, info)
-        if inspect.isawaitable(result):
+        if not isinstance(result, (ModelResponse, str)) and inspect.isawaitable(result):
             result = await result
         return self._finish(messages, result)
 

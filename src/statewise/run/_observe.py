@@ -67,16 +67,18 @@ def _short(value: Any, limit: int = 2000) -> str:
 # ---- who is the parent of what ---------------------------------------------------------
 
 
-@dataclass(eq=False, slots=True)
 class _Node:
-    span: Any
-    debug: bool
-    name: str | None = None
+    """Where a run (or a step, a tool call) records: its span and whether it logs.
+    `quiet` (neither traced nor logged: nothing below it records anything) is decided
+    once here, not at each of the lookups every step, call and commit make."""
 
-    @property
-    def quiet(self) -> bool:
-        """Neither traced nor logged: nothing below it records anything."""
-        return self.span is None and not self.debug
+    __slots__ = ("debug", "name", "quiet", "span")
+
+    def __init__(self, span: Any, debug: bool, name: str | None = None) -> None:
+        self.span = span
+        self.debug = debug
+        self.name = name
+        self.quiet = span is None and not debug
 
 
 # Which node a run context or scope belongs to: an attribute of the object itself (one
@@ -161,12 +163,15 @@ def _start(
 
 def _register(span: Any, debug: bool, name: str | None, keys: Sequence[Any]) -> Token:
     """Make `keys` (a run's context and scope) the parents of what happens under them."""
-    node = _Node(span=span, debug=debug, name=name)
-    live = tuple(k for k in keys if k is not None)
-    previous = tuple(getattr(k, _NODE_ATTR, None) for k in live)
-    for key in live:
-        setattr(key, _NODE_ATTR, node)
-    return Token(span=span, debug=debug, keys=live, previous=previous, name=name)
+    node = _Node(span, debug, name)
+    live = []
+    previous = []
+    for key in keys:
+        if key is not None:
+            live.append(key)
+            previous.append(getattr(key, _NODE_ATTR, None))
+            setattr(key, _NODE_ATTR, node)
+    return Token(span=span, debug=debug, keys=tuple(live), previous=tuple(previous), name=name)
 
 
 def _untraced() -> bool:
@@ -176,6 +181,8 @@ def _untraced() -> bool:
 
 def finish(token: Token, error: BaseException | None = None) -> None:
     """End the span (marking an error) and give the keys back their previous parent."""
+    if token is QUIET:
+        return
     for key, previous in zip(token.keys, token.previous, strict=True):
         setattr(key, _NODE_ATTR, previous)
     span = token.span

@@ -27,7 +27,7 @@ from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
-from statewise.run.events import RunCompleted, RunEvent, RunStarted
+from statewise.run.events import RunCompleted, RunEvent, RunStarted, StateChanged
 from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
@@ -193,10 +193,12 @@ async def drive_run(
             ):
                 yield event
         scope.enter("end")
-        async for event in end_run(
+        changed, completed = await end_run(
             rt, scope, ctx, record, result, [user_message], metrics, available, started
-        ):
-            yield event
+        )
+        if changed is not None:
+            yield changed
+        yield completed
     except BaseException as exc:
         keep = False
         failure = exc
@@ -226,10 +228,13 @@ async def end_run(
     metrics: RunMetrics,
     available: Mapping[str, Any],
     started: float,
-) -> AsyncIterator[RunEvent]:
+) -> tuple[StateChanged | None, RunCompleted]:
     """Commit point (c): the output, `output_key` and `after_agent` writes, and the run
     record; or, when the steps stopped on tool calls that wait for a person or the client,
-    the run stored as `paused` with them (nothing of the run end happens yet)."""
+    the run stored as `paused` with them (nothing of the run end happens yet).
+
+    Returns the commit's state change and the run's last event for the caller to yield
+    (a coroutine, not one more layer of async generator every run's events pass through)."""
     run_id = ctx.run_id
     if not result.pending:
         await finish_agent(rt, ctx, result, available)  # may replace the final answer
@@ -270,10 +275,8 @@ async def end_run(
             source="run_end",
             commit_id=scope.point_commit_id(),
         )
-    if changed is not None:
-        yield changed
     spec = scope.working.spec
-    yield RunCompleted(
+    return changed, RunCompleted(
         output=RunOutput(
             content=result.content,
             run_id=run_id,

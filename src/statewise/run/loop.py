@@ -112,18 +112,20 @@ async def run_steps(
         step_error: BaseException | None = None
         try:
             system = rt.system_prompt(ctx)
-            messages = ([Message(role="system", content=system)] if system else []) + conversation
+            messages = [Message(role="system", content=system)] if system else []
+            messages += conversation
             messages += result.messages
             request = ModelRequest(
                 messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
             )
-            available = {
-                "callback_context": ctx,
-                "run_context": ctx,
-                "llm_request": request,
-                "agent": rt.agent,
-            }
             response = None
+            if rt.callbacks.before_model or rt.callbacks.after_model:
+                available = {
+                    "callback_context": ctx,
+                    "run_context": ctx,
+                    "llm_request": request,
+                    "agent": rt.agent,
+                }
             if rt.callbacks.before_model:
                 response = as_response(
                     await first_result(rt.callbacks.before_model, available),

@@ -397,10 +397,12 @@ async def _continue_claimed(
             defer_final_commit=not rt.callbacks.after_agent,
         ):
             yield event
-        async for event in end_run(
+        changed, completed = await end_run(
             rt, scope, ctx, record, result, before, metrics, available, started
-        ):
-            yield event
+        )
+        if changed is not None:
+            yield changed
+        yield completed
     except BaseException as exc:
         keep = False
         failure = exc

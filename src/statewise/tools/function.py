@@ -117,7 +117,14 @@ class Function:
     approves, rejects or edits it (`agent.continue_run`).
     """
 
-    __slots__ = ("_description", "_inspection", "function", "name", "requires_confirmation")
+    __slots__ = (
+        "_definition",
+        "_description",
+        "_inspection",
+        "function",
+        "name",
+        "requires_confirmation",
+    )
 
     def __init__(
         self,
@@ -133,6 +140,7 @@ class Function:
         self._description = description
         self._inspection = inspection
         self.requires_confirmation = requires_confirmation
+        self._definition: ToolDefinition | None = None
 
     @classmethod
     def from_callable(
@@ -212,10 +220,14 @@ class Function:
         return f"Function(name={self.name!r}, injected={set(self.injected) or None})"
 
     def definition(self) -> ToolDefinition:
-        """The tool as a model sees it."""
-        return ToolDefinition(
-            name=self.name, description=self.description, parameters=self.parameters
-        )
+        """The tool as a model sees it; made once (every model request of every run asks),
+        again only if the tool was renamed since."""
+        definition = self._definition
+        if definition is None or definition.name != self.name:
+            definition = self._definition = ToolDefinition(
+                name=self.name, description=self.description, parameters=self.parameters
+            )
+        return definition
 
     def validate_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments as the Python values the function expects, by parameter name.
@@ -262,7 +274,7 @@ class Function:
             result = await asyncio.to_thread(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
-        if inspect.isawaitable(result):
+        if not isinstance(result, str) and inspect.isawaitable(result):
             result = await result
         return result
 

@@ -74,6 +74,7 @@ class MCPFunction(Function):
         self.requires_confirmation = False
         self._parameters = parameters
         self.server = server
+        self._definition = None
 
     @property
     def description(self) -> str:

@@ -159,73 +159,84 @@ class InMemoryDb(BaseDb):
     def commit(self, commit: Commit) -> CommitResult:
         now = time.time()
         session = commit.session
+        sid = session.session_id
+        commit_id = commit.commit_id
+        writes = commit.writes
+        events = commit.events
+        run = commit.run
         with self._lock:
-            landed = self._commits.get(session.session_id, {}).get(commit.commit_id)
-            if commit.commit_id and landed is not None:
-                return decode_commit_result(commit, encode_commit_result(*landed), now)
-            existing = self._sessions.get(session.session_id)
-            if commit.create_session and existing is not None:
-                raise VersionConflict(f"session {session.session_id!r}", 0, None)
-            if not commit.create_session and existing is None:
-                raise VersionConflict(f"session {session.session_id!r}", 1, None)
-            for write in commit.writes:
-                scope = self._scopes.get(write.key)
+            ids = self._commits.get(sid)
+            if ids is not None and commit_id:
+                landed = ids.get(commit_id)
+                if landed is not None:
+                    return decode_commit_result(commit, encode_commit_result(*landed), now)
+            existing = self._sessions.get(sid)
+            if commit.create_session:
+                if existing is not None:
+                    raise VersionConflict(f"session {sid!r}", 0, None)
+            elif existing is None:
+                raise VersionConflict(f"session {sid!r}", 1, None)
+            scopes = self._scopes
+            for write in writes:
+                scope = scopes.get(write.key)
                 actual = scope.version if scope else 0
                 if actual != write.base_version:
                     raise VersionConflict(str(write.key), write.base_version, actual)
             # Encode everything before mutating anything: a failure here changes nothing.
-            encoded_writes = [
-                (
-                    write,
-                    write.segments_text,
-                    _codec.dumps(write.conflicts) if write.conflicts else None,
-                    write.snapshot_text,
-                )
-                for write in commit.writes
+            # The deltas' segments are encoded already (`ScopeWrite.segments_text`).
+            conflicts_texts = [
+                _codec.dumps(write.conflicts) if write.conflicts else None for write in writes
             ]
-            payload: list[Any] = [e.data for e in commit.events]
-            run_copy, body = None, False
-            if commit.run is not None:
-                run = commit.run
-                body = bool(run.messages or run.metrics)
-                if body:
-                    payload.append((run.messages, run.metrics))
-                run_copy = _without_body(run)
-            batch = _batch(payload)
+            snapshots = [write.snapshot_text for write in writes]
+            payload: list[Any] = [e.data for e in events]
+            body = run is not None and bool(run.messages or run.metrics)
+            if body:
+                assert run is not None
+                payload.append((run.messages, run.metrics))
+            batch = _Batch(_codec.dumps(payload))
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
                 existing.created_at = now
                 existing.last_seq = 0
-                self._sessions[session.session_id] = existing
+                self._sessions[sid] = existing
             first_seq = existing.last_seq + 1
-            existing.last_seq += len(commit.events)
+            last_seq = existing.last_seq = existing.last_seq + len(events)
             existing.updated_at = now
             versions = {}
-            for write, segments, conflicts, snapshot in encoded_writes:
-                scope = self._scopes.get(write.key)
+            for write, conflicts, snapshot in zip(writes, conflicts_texts, snapshots, strict=True):
+                scope = scopes.get(write.key)
                 if scope is None:
-                    scope = self._scopes[write.key] = _Scope()
-                scope.version += 1
-                scope.deltas[scope.version] = (
-                    session.session_id,
+                    scope = scopes[write.key] = _Scope()
+                version = scope.version = scope.version + 1
+                scope.deltas[version] = (
+                    sid,
                     commit.run_id,
                     commit.step,
-                    segments,
+                    write.segments_text,
                     conflicts,
                     now,
                 )
                 scope.tail_bytes += write.delta_bytes
                 if snapshot is not None:
-                    scope.snapshots[scope.version] = snapshot
-                    scope.snapshot_version = scope.version
+                    scope.snapshots[version] = snapshot
+                    scope.snapshot_version = version
                     scope.snapshot_bytes = len(snapshot)
                     scope.tail_bytes = 0
-                versions[write.key] = scope.version
-            events = self._events.setdefault(session.session_id, [])
-            for i, event in enumerate(commit.events):
-                events.append((first_seq + i, event.run_id, event.type, batch, i, now))
-            if run_copy is not None:
-                runs = self._runs.setdefault(session.session_id, {})
+                versions[write.key] = version
+            rows = self._events.get(sid)
+            if rows is None:
+                rows = self._events[sid] = []
+            rows.extend(
+                [
+                    (first_seq + i, event.run_id, event.type, batch, i, now)
+                    for i, event in enumerate(events)
+                ]
+            )
+            if run is not None:
+                run_copy = _without_body(run)
+                runs = self._runs.get(sid)
+                if runs is None:
+                    runs = self._runs[sid] = {}
                 previous = runs.get(run_copy.run_id)
                 if previous is not None:  # as SQL's upsert: the run's origin stays as created
                     origin = previous[0]
@@ -234,15 +245,14 @@ class InMemoryDb(BaseDb):
                 else:
                     run_copy.created_at = run_copy.created_at or now
                 run_copy.updated_at = now
-                runs[run_copy.run_id] = (run_copy, (batch, len(commit.events)) if body else None)
-            if commit.commit_id:
-                self._commits.setdefault(session.session_id, {})[commit.commit_id] = (
-                    dict(versions),
-                    existing.last_seq,
-                    len(commit.events),
-                )
+                runs[run_copy.run_id] = (run_copy, (batch, len(events)) if body else None)
+            if commit_id:
+                # (The result is kept as it is: nothing changes `versions` afterwards.)
+                if ids is None:
+                    ids = self._commits[sid] = {}
+                ids[commit_id] = (versions, last_seq, len(events))
             return CommitResult(
-                versions=versions, first_seq=first_seq, last_seq=existing.last_seq, committed_at=now
+                versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
             )
 
     def read_deltas(

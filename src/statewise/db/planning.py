@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from statewise.db.records import DeltaRecord, NewEvent, ScopeKey, SessionRecord
+from statewise.db.records import DeltaRecord, ScopeKey, SessionRecord
 from statewise.db.replay import apply_segments
 from statewise.exceptions import SessionDeletedError, SessionExistsError
 from statewise.state.jsonvalue import copy_json
@@ -265,14 +265,3 @@ def check_identity(
         raise SessionExistsError(
             f"session {sid!r} was just created by another user or app; nothing was written to it"
         )
-
-
-def state_changes(events: Sequence[NewEvent]) -> list[dict[str, Any]]:
-    """The ops a commit's `state_delta` events carry (secrets already redacted)."""
-    return [
-        {"scope": e.data["scope"], **op}
-        for e in events
-        if e.type == "state_delta"
-        for segment in e.data["segments"]
-        for op in segment["ops"]
-    ]

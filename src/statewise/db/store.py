@@ -47,7 +47,6 @@ from statewise.db.planning import (
     rebuild,
     resplit,
     scope_of,
-    state_changes,
     stored_to_full,
     take_bases,
 )
@@ -405,7 +404,6 @@ class StateStore:
     def commit(
         self,
         ws: WorkingState,
-        *,
         events: Sequence[NewEvent] = (),
         run: RunRecord | None = None,
         run_id: str | None = None,
@@ -416,23 +414,32 @@ class StateStore:
     ) -> Committed:
         """Persist the pending ops with `events` (and `run`), rebasing on lost races.
 
-        Transactions call this; see `Transaction.commit` for the parameters.
+        Transactions call this; see `Transaction.commit` for the parameters. The common
+        case (the first attempt lands) builds one `Commit` and nothing else: what a rebase
+        needs (`PendingCommit`) is made only when a race was lost.
         """
-        policy = policy or CommitPolicy()
-        if commit_id is not None:
+        if commit_id is None:
+            commit_id = new_id()
+        else:
             validate_id(commit_id, "commit_id")
-        if self.schema is not None:
-            self.validate(ws, {str(op.path[0]) for op in ws.recorder.ops})
-        self._register_secrets(ws)
-        undo = ws.recorder.undoer()
-        pending = PendingCommit(
-            segments=ws.take_segments(source), commit_id=commit_id or new_id(), undo=undo
-        )
-        commit = self._build_commit(ws, pending, events, run, run_id, step, policy)
+        recorder = ws.recorder
+        if recorder.ops:
+            if self.schema is not None:
+                self.validate(ws, {str(op.path[0]) for op in recorder.ops})
+            self._register_secrets(ws)
+        undo = recorder.undoer()
+        segments = ws.take_segments(source)
+        commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
+        conflicts: list[dict[str, Any]] = []
         try:
             result = self.db.commit(commit)
         except VersionConflict:
-            commit, result = self._commit_rebased(ws, pending, events, run, run_id, step, policy)
+            pending = PendingCommit(segments=segments, commit_id=commit_id, undo=undo)
+            commit, changes, result = self._commit_rebased(
+                ws, pending, events, run, run_id, step, policy or CommitPolicy()
+            )
+            conflicts = pending.conflicts
+        writes = commit.writes
         if result.replayed:
             # An earlier attempt of this very commit landed (its reply was lost): nothing
             # was applied again. The tree in memory may be rebased differently from what
@@ -441,7 +448,7 @@ class StateStore:
             ws.record = record or ws.record
             self._reload(ws, ws.spec.scope_keys())
         else:
-            for write in commit.writes:
+            for write in writes:
                 ws.versions[write.key] = result.versions[write.key]
                 size = ws.sizes.setdefault(write.key, ScopeSizes())
                 if write.snapshot is not None:
@@ -453,39 +460,56 @@ class StateStore:
                 ws.record = replace(commit.session, created_at=result.committed_at)
         if ws.record is not None:
             ws.record.last_seq = result.last_seq
+        if conflicts:
+            secrets = self.secret_keys_in(ws.root)
+            conflicts = [self.codec.conflict_record(c, secrets) for c in conflicts]
         return Committed(
-            versions={
-                w.key: result.versions[w.key] for w in commit.writes if w.key in result.versions
-            },
+            versions={w.key: result.versions[w.key] for w in writes if w.key in result.versions}
+            if writes
+            else {},
             last_seq=result.last_seq,
-            changes=state_changes(commit.events),
-            conflicts=[
-                self.codec.conflict_record(c, self.secret_keys_in(ws.root))
-                for c in pending.conflicts
-            ]
-            if pending.conflicts
-            else [],
-            commit_id=pending.commit_id,
+            changes=changes,
+            conflicts=conflicts,
+            commit_id=commit_id,
             replayed=result.replayed,
         )
 
     def _build_commit(
         self,
         ws: WorkingState,
-        pending: PendingCommit,
+        segments: Sequence[tuple[str, Sequence[Op]]],
+        pending_conflicts: Sequence[dict[str, Any]],
+        commit_id: str,
         events: Sequence[NewEvent],
         run: RunRecord | None,
         run_id: str | None,
         step: int | None,
-        policy: CommitPolicy,
-    ) -> Commit:
+    ) -> tuple[Commit, list[dict[str, Any]]]:
+        """The commit of `segments` (and the conflicts a rebase resolved) with `events`,
+        and the state changes it makes (secrets redacted) for whoever reports them."""
         spec = ws.spec
+        record = ws.record
+        session = record or SessionRecord(
+            session_id=spec.session_id,
+            user_id=spec.user_id,
+            app_name=spec.app_name,
+            kind=spec.kind,
+        )
+        if not segments and not pending_conflicts:
+            # A run's start and end commits usually write no state: nothing to encode.
+            return Commit(
+                session=session,
+                commit_id=commit_id,
+                create_session=record is None,
+                events=events if type(events) is list else list(events),
+                run=run,
+                run_id=run_id,
+                step=step,
+            ), []
         codec = self.codec
-        # (A run's start and end commits usually write no state: nothing to look up.)
-        has_state = bool(pending.segments or pending.conflicts)
-        secrets = codec.secrets_in(ws.root) if has_state else frozenset()
+        secrets = codec.secrets_in(ws.root)
         by_scope: dict[str, list[DeltaSegment]] = {}
-        for source, ops in pending.segments:
+        for source, ops in segments:
             split: dict[str, list[dict[str, Any]]] = {}
             for op in ops:
                 kind = scope_of(str(op.path[0]))[0]
@@ -495,31 +519,34 @@ class StateStore:
                 by_scope.setdefault(kind, []).append(DeltaSegment(source=source, ops=encoded))
         writes = []
         all_events = list(events)
+        changes: list[dict[str, Any]] = []
         for key in spec.scope_keys() if by_scope else ():
-            segments = by_scope.get(key.kind)
-            if not segments:
+            scope_segments = by_scope.get(key.kind)
+            if not scope_segments:
                 continue
-            segments_text = _codec.dumps([s.to_dict() for s in segments])
+            segments_text = _codec.dumps([s.to_dict() for s in scope_segments])
             delta_bytes = len(segments_text)
             size = ws.sizes.setdefault(key, ScopeSizes())
             snapshot = None
             if size.tail_bytes + delta_bytes > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES):
                 snapshot = codec.encode_snapshot(ws.root, key, secrets)
-            conflicts = [
-                codec.conflict_record(c, secrets)
-                for c in pending.conflicts
-                if c["scope"] == key.kind
-            ]
             write = ScopeWrite(
                 key=key,
                 base_version=ws.versions.get(key, 0),
-                segments=segments,
-                conflicts=conflicts,
+                segments=scope_segments,
+                conflicts=[
+                    codec.conflict_record(c, secrets)
+                    for c in pending_conflicts
+                    if c["scope"] == key.kind
+                ]
+                if pending_conflicts
+                else [],
                 snapshot=snapshot,
                 delta_bytes=delta_bytes,
                 _segments_text=segments_text,  # what backends store: encoded once
             )
             writes.append(write)
+            redacted = [codec.redact_segment(s, key.kind, secrets) for s in scope_segments]
             all_events.append(
                 NewEvent(
                     type="state_delta",
@@ -529,11 +556,12 @@ class StateStore:
                         "scope_id": key.id,
                         "version": write.base_version + 1,
                         "step": step,
-                        "segments": [codec.redact_segment(s, key.kind, secrets) for s in segments],
+                        "segments": redacted,
                     },
                 )
             )
-        for conflict in pending.conflicts:
+            changes.extend({"scope": key.kind, **op} for seg in redacted for op in seg["ops"])
+        for conflict in pending_conflicts:
             all_events.append(
                 NewEvent(
                     type="conflict_resolved",
@@ -541,22 +569,16 @@ class StateStore:
                     data=codec.conflict_record(conflict, secrets),
                 )
             )
-        session = ws.record or SessionRecord(
-            session_id=spec.session_id,
-            user_id=spec.user_id,
-            app_name=spec.app_name,
-            kind=spec.kind,
-        )
         return Commit(
             session=session,
-            commit_id=pending.commit_id,
-            create_session=ws.record is None,
+            commit_id=commit_id,
+            create_session=record is None,
             writes=writes,
             events=all_events,
             run=run,
             run_id=run_id,
             step=step,
-        )
+        ), changes
 
     def _commit_rebased(
         self,
@@ -567,7 +589,7 @@ class StateStore:
         run_id: str | None,
         step: int | None,
         policy: CommitPolicy,
-    ) -> tuple[Commit, CommitResult]:
+    ) -> tuple[Commit, list[dict[str, Any]], CommitResult]:
         """After a lost race: rebase onto what landed and commit again, until it lands.
 
         The database reads the other writers' deltas and commits what we make of them
@@ -578,12 +600,23 @@ class StateStore:
         writers out so each one lands. The jitter comes before the first locked try too:
         losers that all queued on the lock at once held it back to back (16 writers on one
         session: 172 runs/s without it, 191 with it, same invocation)."""
-        built: list[Commit] = []
+        built: list[tuple[Commit, list[dict[str, Any]]]] = []
 
         def build(probed: ProbedTails) -> Commit:
             self._rebase(ws, pending, policy, probed)
-            built.append(self._build_commit(ws, pending, events, run, run_id, step, policy))
-            return built[-1]
+            built.append(
+                self._build_commit(
+                    ws,
+                    pending.segments,
+                    pending.conflicts,
+                    pending.commit_id,
+                    events,
+                    run,
+                    run_id,
+                    step,
+                )
+            )
+            return built[-1][0]
 
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
         for attempt in itertools.count(1):
@@ -595,7 +628,7 @@ class StateStore:
                 if time.monotonic() >= give_up_at:
                     raise
                 continue
-            return built[-1], result
+            return built[-1][0], built[-1][1], result
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _rebase(

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from statewise.db.base import validate_id
+from statewise.db.base import on_private_loop, validate_id
 from statewise.db.planning import SessionSpec
 from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
 from statewise.db.working import WorkingState
@@ -127,14 +127,7 @@ class TransactionCore:
         if self.detached:
             raise StateError("a branch of a session transaction cannot commit")
         return self.store.commit(
-            self.working,
-            events=events,
-            run=run,
-            run_id=run_id,
-            step=step,
-            source=source,
-            commit_id=commit_id,
-            policy=self.policy,
+            self.working, events, run, run_id, step, source, commit_id, self.policy
         )
 
     def state_loader(self) -> Any:
@@ -218,6 +211,8 @@ class AsyncTransaction(TransactionCore):
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> Committed:
+        if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
+            return self._commit(events, run, run_id, step, source, commit_id)
         return await self.store.db._run_async(
             self._commit, events, run, run_id, step, source, commit_id
         )

@@ -83,6 +83,12 @@ class WorkingState:
 
     def take_segments(self, source: str) -> list[tuple[str, list[Op]]]:
         """Drain the pending ops as (source, ops) segments; unmarked ones go to `source`."""
+        recorder = self.recorder
+        if not recorder.ops:  # (a run's start and end commits, mostly: nothing to split)
+            recorder.drain()
+            self.clean = recorder.savepoint()
+            self.marks.clear()
+            return []
         self.mark(source)
         ops = self.recorder.drain()
         self.clean = self.recorder.savepoint()

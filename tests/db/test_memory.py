@@ -105,3 +105,28 @@ def test_every_field_of_a_run_record_is_stored() -> None:
     assert {f.name for f in dataclasses.fields(RunRecord)} - {"updated_at"} <= {
         name for name in values if getattr(stored, name) == values[name]
     }
+
+
+def test_a_probed_session_record_copies_every_field_and_owns_its_metadata() -> None:
+    """`probe` writes its copy out field by field (cheaper than a dict round trip): none
+    may be missed, and the copy's metadata is not the stored record's."""
+    from statewise.db.memory import _copy_session
+
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(SessionRecord):
+        if f.name == "metadata":
+            values[f.name] = {"k": "v"}
+        elif f.type in ("float", float):
+            values[f.name] = 7.5
+        elif f.type in ("int", int):
+            values[f.name] = 3
+        else:
+            values[f.name] = f"{f.name}-value"
+    record = SessionRecord(**values)  # type: ignore[arg-type]
+    copy = _copy_session(record)
+    assert copy == record and copy is not record
+    assert copy.metadata is not record.metadata
+    db = InMemoryDb()
+    commit(db, NewEvent(type="note"))
+    probed, _versions = db.probe("s", ())
+    assert probed is not None and probed == db.get_session("s")

@@ -84,6 +84,21 @@ def _without_body(run: RunRecord) -> RunRecord:
     )
 
 
+def _copy_session(record: SessionRecord) -> SessionRecord:
+    """A copy of a stored session record (its metadata its own), written out as
+    `_without_body` is; a test checks no field is missed."""
+    return SessionRecord(
+        session_id=record.session_id,
+        user_id=record.user_id,
+        app_name=record.app_name,
+        kind=record.kind,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        last_seq=record.last_seq,
+        metadata=dict(record.metadata),
+    )
+
+
 def _run_out(session_id: str, row: _RunRow) -> RunRecord:
     """A stored run as a new record of its own."""
     stored, body = row
@@ -127,7 +142,7 @@ class InMemoryDb(BaseDb):
     ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
         with self._lock:
             record = self._sessions.get(session_id)
-            copy = SessionRecord(**record.to_dict()) if record else None
+            copy = _copy_session(record) if record else None
             scopes = self._scopes
             versions = {k: (scope.version if (scope := scopes.get(k)) else 0) for k in keys}
             return copy, versions

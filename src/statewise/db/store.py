@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from statewise.db import _codec
-from statewise.db.base import BaseDb, ProbedTails, validate_id
+from statewise.db.base import BaseDb, ProbedTails, on_private_loop, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
     ANONYMOUS_USER,
@@ -225,7 +225,10 @@ class StateStore:
         """`begin` for async callers: network databases are reached from a worker thread,
         so the event loop never waits on a round trip."""
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        working = await self.db._run_async(self._open, spec, policy, at_versions)
+        if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
+            working = self._open(spec, policy, at_versions)
+        else:
+            working = await self.db._run_async(self._open, spec, policy, at_versions)
         return AsyncTransaction(self, working, policy)
 
     def _open(

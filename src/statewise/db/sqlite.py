@@ -66,9 +66,14 @@ database file (SQLite's default, set explicitly because `SqliteDb.commit` counts
 
 
 def _insert_rows(
-    conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
+    conn: sqlite3.Connection,
+    table: str,
+    columns: str,
+    rows: Sequence[tuple[Any, ...]],
+    texts: tuple[int, ...],
 ) -> int:
-    """INSERT `rows` into `table`; the length of the large texts among them.
+    """INSERT `rows` into `table`; the length of the large texts among them. `texts` are
+    the positions of the columns that may hold a large text (the others never do).
 
     SQLite keeps its copy of a value bound to a cached statement until that statement is
     bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
@@ -78,18 +83,23 @@ def _insert_rows(
     that insert nothing, so the large copy is freed within the write that made it.
     """
     width = len(rows[0]) if rows else 0
-    marks = ",".join("?" * width)
+    insert_sql, large_sql = _insert_sql(table, columns, width)
     small: list[tuple[Any, ...]] = []
     large: list[tuple[Any, ...]] = []
     for row in rows:
-        (large if _holds_large_text(row) else small).append(row)
+        for i in texts:
+            value = row[i]
+            if value is not None and len(value) > LARGE_VALUE:
+                large.append(row)
+                break
+        else:
+            small.append(row)
     if len(small) == 1:
-        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
+        conn.execute(insert_sql, small[0])
     elif small:
-        conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
+        conn.executemany(insert_sql, small)
     if not large:
         return 0
-    large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
     written = 0
     for row in large:
         conn.execute(large_sql, (*row, 1))
@@ -98,8 +108,14 @@ def _insert_rows(
     return written
 
 
-def _holds_large_text(row: tuple[Any, ...]) -> bool:
-    return any(isinstance(value, str) and len(value) > LARGE_VALUE for value in row)
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, columns: str, width: int) -> tuple[str, str]:
+    """The INSERT for rows of `width` values, and the one for a row holding a large text."""
+    marks = ",".join("?" * width)
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({marks})",
+        f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?",
+    )
 
 
 DELTA_REFERENCE = "@"
@@ -996,6 +1012,7 @@ class SqliteDb(BaseDb):
                         now,
                     )
                 ],
+                (6, 7),
             )
             text = write.snapshot_text
             if text is not None:
@@ -1004,6 +1021,7 @@ class SqliteDb(BaseDb):
                     f"{p}snapshots",
                     "kind, scope_id, version, state",
                     [(key.kind, key.id, new_version, text)],
+                    (3,),
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
@@ -1034,6 +1052,7 @@ class SqliteDb(BaseDb):
                 f"{p}events",
                 "session_id, seq, run_id, type, data, created_at, commit_id, commit_result",
                 rows,
+                (4,),
             )
         if stored and not (id_in_event and commit.events):
             conn.execute(

@@ -28,3 +28,27 @@ def test_a_value_that_contains_itself_or_nests_too_deeply_is_a_value_error() -> 
     with pytest.raises(ValueError, match="nested too deeply"):
         encoder.dumps(deep)
     assert encoder.dumps([1]) == "[1]"  # usable after a failure
+
+
+def test_one_encoder_serves_every_thread_at_once() -> None:
+    """The encoder is shared: threads encoding at the same time each get their own text."""
+    import threading
+
+    text = JsonText(ensure_ascii=False, separators=(",", ":"))
+    values = [{"n": i, "items": list(range(i % 50)), "name": f"t{i}"} for i in range(400)]
+    wrong: list[int] = []
+
+    def work(offset: int) -> None:
+        for _ in range(20):
+            for i in range(offset, len(values), 4):
+                if text.dumps(values[i]) != json.dumps(
+                    values[i], ensure_ascii=False, separators=(",", ":")
+                ):
+                    wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []

@@ -1,9 +1,10 @@
-"""JSON text, encoded with one reused C encoder per thread.
+"""JSON text, encoded with one reused C encoder.
 
 `json.dumps` builds a new C encoder on every call, which costs as much as encoding the
 small records a run writes (events, ops, run records) and the small argument dicts an
-offline model measures. `JsonText` builds it once per thread and reuses it; the text is
-exactly what `json.dumps` with the same options gives.
+offline model measures. `JsonText` builds it once and reuses it; the text is exactly what
+`json.dumps` with the same options gives. One encoder serves every thread: without
+markers (below) it keeps no state between calls, each call accumulating its own text.
 
 It does not track the containers it is inside (`check_circular=False`): that bookkeeping
 (a dict insert and delete per container) was a fifth of encoding a run's records. A
@@ -14,7 +15,6 @@ limit is reached, as a value nested too deeply does with `json.dumps` too.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +38,10 @@ class JsonText:
         self._string = (
             json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
         )
-        self._local = threading.local()
-
-    def _encoder(self) -> Callable[[Any, int], list[str]]:
-        """This thread's encoder."""
-        found: Callable[[Any, int], list[str]] | None = getattr(self._local, "encoder", None)
-        if found is None:
+        self._encode: Callable[[Any, int], list[str]] | None = None
+        if c_make_encoder is not None:
             plain = self._plain
-            found = self._local.encoder = c_make_encoder(
+            self._encode = c_make_encoder(
                 None,  # no markers: cycles end at the recursion limit (see the module)
                 plain.default,
                 self._string,
@@ -56,13 +52,13 @@ class JsonText:
                 False,
                 plain.allow_nan,
             )
-        return found
 
     def dumps(self, value: Any) -> str:
-        if c_make_encoder is None or isinstance(value, str):
+        encode = self._encode
+        if encode is None or isinstance(value, str):
             return self._plain.encode(value)
         try:
-            return "".join(self._encoder()(value, 0))
+            return "".join(encode(value, 0))
         except RecursionError as exc:
             raise ValueError(
                 "Circular reference detected, or the value is nested too deeply"

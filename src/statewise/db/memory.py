@@ -28,7 +28,6 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     ScopeState,
-    ScopeWrite,
     SessionRecord,
     decode_commit_result,
     encode_commit_result,
@@ -55,15 +54,9 @@ class _Scope:
 
 @dataclass(slots=True, eq=False)
 class _Batch:
-    """The JSON text of one commit's event data, a list in event order.
-
-    `deltas` lists the `state_delta` events kept without their segments: those showed
-    exactly the ops their commit wrote to a scope's delta (nothing was redacted), so the
-    ops are encoded once, with the delta, and reads take them from there (as SQLite
-    does, see `sqlite._event_text`)."""
+    """The JSON text of one commit's event data, a list in event order."""
 
     text: str
-    deltas: tuple[int, ...] = ()
 
 
 # seq, run_id, type, the batch holding its data, its index there, created_at
@@ -89,33 +82,6 @@ def _without_body(run: RunRecord) -> RunRecord:
         created_at=run.created_at,
         updated_at=run.updated_at,
     )
-
-
-def _delta_of(data: dict[str, Any], writes: Sequence[ScopeWrite]) -> bool:
-    """Whether a `state_delta` event's data shows exactly the ops one of `writes` stores:
-    its segments hold the write's own op objects (a redacted op is a new object, so an
-    event showing less than the delta never matches)."""
-    segments = data.get("segments")
-    if not isinstance(segments, list):
-        return False
-    for write in writes:
-        if (
-            data.get("scope") == write.key.kind
-            and data.get("scope_id") == write.key.id
-            and data.get("version") == write.base_version + 1
-            and len(segments) == len(write.segments)
-            and all(
-                isinstance(shown, dict)
-                and shown.keys() == {"source", "ops"}
-                and shown["source"] == segment.source
-                and isinstance(shown["ops"], list)
-                and len(shown["ops"]) == len(segment.ops)
-                and all(a is b for a, b in zip(shown["ops"], segment.ops, strict=True))
-                for shown, segment in zip(segments, write.segments, strict=True)
-            )
-        ):
-            return True
-    return False
 
 
 def _copy_session(record: SessionRecord) -> SessionRecord:
@@ -238,17 +204,11 @@ class InMemoryDb(BaseDb):
             ]
             snapshots = [write.snapshot_text for write in writes]
             payload: list[Any] = [e.data for e in events]
-            deltas: list[int] = []
-            if writes:
-                for i, event in enumerate(events):
-                    if event.type == "state_delta" and _delta_of(event.data, writes):
-                        payload[i] = {k: v for k, v in event.data.items() if k != "segments"}
-                        deltas.append(i)
             body = run is not None and bool(run.messages or run.metrics)
             if body:
                 assert run is not None
                 payload.append((run.messages, run.metrics))
-            batch = _Batch(_codec.dumps(payload), tuple(deltas))
+            batch = _Batch(_codec.dumps(payload))
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
                 existing.created_at = now
@@ -370,9 +330,7 @@ class InMemoryDb(BaseDb):
             if data is None:
                 try:
                     data = decoded[id(batch)] = _codec.loads(batch.text)
-                    for at in batch.deltas:
-                        data[at]["segments"] = self._delta_segments(data[at])
-                except (ValueError, KeyError, TypeError) as exc:
+                except ValueError as exc:
                     raise CorruptRecordError(
                         f"session {session_id!r}: event {seq} is not JSON"
                     ) from exc
@@ -387,13 +345,6 @@ class InMemoryDb(BaseDb):
                 )
             )
         return events
-
-    def _delta_segments(self, shown: dict[str, Any]) -> Any:
-        """The segments of the delta a `state_delta` event kept without them shows."""
-        with self._lock:
-            scope = self._scopes[ScopeKey(shown["scope"], shown["scope_id"])]
-            text = scope.deltas[shown["version"]][3]
-        return _codec.loads(text)
 
     def read_runs(
         self, session_id: str, *, limit: int | None = None, status: str | None = None

@@ -520,17 +520,21 @@ async def call_tool(
                 return _pending(call, "approval", value.reason)
             value = None  # approved: the call goes ahead
         if value is None:
+            state = ctx.session_state
             injected = {
                 **rt.injected,
                 "run_context": ctx,
                 "tool_context": ctx,
                 "callback_context": ctx,
-                "session_state": ctx.session_state,
-                "agent_state": ctx.session_state,
+                "session_state": state,
+                "agent_state": state,
                 "agent": rt.agent,
             }
-            value = await call_with_hooks(
-                function, call.arguments, rt.tool_hooks, injected, offload=not on_private_loop()
+            offload = not on_private_loop()
+            value = await (
+                call_with_hooks(function, call.arguments, rt.tool_hooks, injected, offload=offload)
+                if rt.tool_hooks
+                else function.call(call.arguments, injected, offload=offload)
             )
         if rt.callbacks.after_tool:
             replaced = await first_result(

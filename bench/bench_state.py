@@ -81,6 +81,27 @@ def wal_pages_per_run(db_file: Path, run: Any, runs: int = 20) -> float:
     return (wal_bytes - 32) / (page_size + 24) / runs
 
 
+def wal_pages_by_tree(db_file: Path, run: Any, runs: int = 20) -> dict[str, float]:
+    """Like `wal_pages_per_run`, per table or index: which b-tree each page written to the
+    WAL belongs to (SQLite's `dbstat`; empty where SQLite was built without it)."""
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    for _ in range(runs):
+        run()
+    wal = Path(f"{db_file}-wal").read_bytes()
+    with sqlite3.connect(db_file) as conn:
+        try:
+            names = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+        except sqlite3.OperationalError:
+            return {}
+    counts: dict[str, float] = {}
+    for offset in range(32, len(wal) - page_size, page_size + 24):
+        name = names.get(int.from_bytes(wal[offset : offset + 4], "big"), "(free or new)")
+        counts[name] = counts.get(name, 0) + 1 / runs
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def commits_per_run(agent: Agent, session_id: str) -> int:
     """How many commits (transactions) one run makes, counted at the database."""
     db = agent.db
@@ -276,6 +297,10 @@ def main() -> None:
         rows.append(
             ("pages written to the WAL per run", f"{wal_pages:.1f}", f"floor {floor_pages:.1f}")
         )
+        by_tree = wal_pages_by_tree(work / "bench.db", lambda: agent.run("go", session_id=counted))
+        prefix = agent.db.table_prefix  # type: ignore[union-attr]
+        for name, pages in by_tree.items():
+            rows.append((f"  of which {name.removeprefix(prefix)}", f"{pages:.1f}", ""))
 
     if "hundreds" in only:
         # Runs 91-100 and 491-500 of fresh sessions, each chunk between two chunks of the floor.

@@ -228,3 +228,65 @@ def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path:
     fresh = SqliteDb(db_file=db_file)
     assert [e.to_dict() for e in fresh.read_events("s")] == [e.to_dict() for e in events]
     assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data
+
+
+def test_a_commit_id_is_stored_in_its_last_event_not_a_row_of_its_own(tmp_path: Path) -> None:
+    """A commit with events keeps its id in its last event's row (one page fewer to write
+    and sync per commit than a `commits` row); the session row keeps the greatest id, so a
+    new one needs no lookup."""
+    db_file = tmp_path / "s.db"
+    agent = make_agent(db_file)
+    agent.run("a", session_id="s")
+    agent.run("b", session_id="s")
+    assert row_count(db_file, "commits") == 0
+    with sqlite3.connect(db_file) as conn:
+        stored = conn.execute(
+            "SELECT seq, commit_id, commit_result FROM statewise_events "
+            "WHERE commit_id IS NOT NULL ORDER BY seq"
+        ).fetchall()
+        greatest = conn.execute("SELECT max_commit FROM statewise_sessions").fetchone()[0]
+    assert len(stored) == 6  # three commits per run
+    ids = [commit_id for _seq, commit_id, _result in stored]
+    assert ids == sorted(ids) and greatest == ids[-1]
+    for seq, _commit_id, result in stored:
+        assert int(result.split("|")[0]) == seq  # the commit's last event
+
+
+def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> None:
+    """An id not greater than every id landed before it (ids chosen by a caller) is
+    looked up before it lands, and stored in `commits`; every id, stored either way, is
+    recognised on a retry, however many commits landed after it."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    store = StateStore(db)
+    spec = SessionSpec(session_id="s")
+    landed = {}
+    for n, commit_id in enumerate(["m", "c", "x", "a", "y", "b", "z"]):
+        with store.begin(spec) as txn:
+            txn.state[commit_id] = n
+            events = [NewEvent(type="note")] if commit_id != "a" else []
+            landed[commit_id] = txn.commit(events=events, commit_id=commit_id)
+        assert not landed[commit_id].replayed
+    for _ in range(20):  # many commits with ids of their own after them
+        with store.begin(spec) as txn:
+            txn.state["n"] = txn.state.get("n", 0) + 1
+            txn.commit(events=[NewEvent(type="note")])
+    events_before = db.read_events("s")
+    for commit_id, first in landed.items():
+        with store.begin(spec) as txn:
+            txn.state[commit_id] = "again"
+            again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+        assert again.replayed, commit_id
+        assert (again.versions, again.last_seq) == (first.versions, first.last_seq)
+    assert db.read_events("s") == events_before
+    state, _version = store.read_state(spec)
+    assert {k: state[k] for k in landed} == {k: n for n, k in enumerate(landed)}
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        in_commits = {row[0] for row in conn.execute("SELECT commit_id FROM statewise_commits")}
+        in_events = {
+            row[0]
+            for row in conn.execute(
+                "SELECT commit_id FROM statewise_events WHERE commit_id IS NOT NULL"
+            )
+        }
+    assert {"m", "x", "y", "z"} <= in_events and {"c", "a", "b"} <= in_commits
+    assert not in_commits & in_events and len(in_commits | in_events) == 27

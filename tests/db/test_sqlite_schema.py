@@ -10,6 +10,12 @@ snapshot) and set `app:flag`. `data/schema_v1.json` holds what it read back then
 a few milliseconds apart, s1 again last but one. `data/schema_v4.json` holds what that
 code read back: the session listings (all, per user, per app, paged), runs, event counts
 and states.
+
+`data/schema_v6.db` was written by statewise with schema version 6 (commit ids in a
+`commits` table of their own): an agent ran 7 times on s1 and once on s2 (user u1), and session s3 took commits "c-1" and
+"c-2" (each with a `note` event) and "c-3" (none) through a session transaction.
+`data/schema_v6.json` holds what that code read back: sessions, events, runs, states, the
+history of s1 and each commit's result.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ import pytest
 
 from statewise import Agent
 from statewise.db import SqliteDb
+from statewise.db import sqlite as sqlite_module
+from statewise.db.records import NewEvent
+from statewise.db.store import SessionSpec, StateStore
+from statewise.exceptions import SchemaVersionError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
 DATA = Path(__file__).parent / "data"
@@ -185,5 +195,71 @@ def test_a_schema_4_database_whose_indexes_were_dropped_by_hand_migrates(
     with SqliteDb(db_file=target) as db:
         assert len(db.list_sessions()) == 5
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
     assert ["user_id"] in session_indexes(target).values()
+
+
+def test_a_schema_6_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
+    """Schema 7 keeps a commit's id in its last event's row and the greatest id in the
+    session row; a schema-6 database upgrades, reads back what it did, and every commit
+    id stored before (in the `commits` table) is still recognised, before and after new
+    commits land."""
+    target = tmp_path / "v6.db"
+    shutil.copy(DATA / "schema_v6.db", target)
+    expected = json.loads((DATA / "schema_v6.json").read_text())
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+    db = SqliteDb(db_file=target)
+    try:
+        with sqlite3.connect(target) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert [s.to_dict() for s in db.list_sessions()] == expected["sessions"]
+        agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
+        for sid in ("s1", "s2", "s3"):
+            assert [e.to_dict() for e in db.read_events(sid)] == expected["events"][sid]
+            assert [r.to_dict() for r in db.read_runs(sid)] == expected["runs"][sid]
+            assert agent.get_session_state(sid) == expected["states"][sid]
+        assert agent.get_state_history("s1") == expected["history"]
+
+        store = StateStore(db)
+        spec = SessionSpec(session_id="s3", user_id="u1")
+
+        def retried(commit_id: str) -> None:
+            with store.begin(spec) as txn:
+                txn.state["n"] = 99
+                again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+            stored = expected["commits"][commit_id]
+            assert again.replayed
+            assert again.last_seq == stored["last_seq"]
+            assert {f"{k.kind}:{k.id}": v for k, v in again.versions.items()} == stored["versions"]
+
+        for commit_id in ("c-2", "c-1", "c-3"):
+            retried(commit_id)
+        with store.begin(spec) as txn:
+            txn.state["n"] = 2
+            new = txn.commit(events=[NewEvent(type="note")], commit_id="c-4")
+        assert not new.replayed
+        agent.run("go", session_id="s3")
+        for commit_id in ("c-1", "c-3"):
+            retried(commit_id)
+        assert agent.get_session_state("s3")["n"] == 2
+        events = db.read_events("s3")
+        assert [e.to_dict() for e in events[: len(expected["events"]["s3"])]] == expected["events"][
+            "s3"
+        ]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    finally:
+        db.close()
+
+
+def test_a_schema_7_database_is_refused_by_a_statewise_that_knows_schema_6(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statewise of schema 6 looks commit ids up in `commits` only, so it would apply
+    a retried commit of schema 7 twice: it must refuse the database instead."""
+    with SqliteDb(db_file=tmp_path / "new.db"):
+        pass
+    six = sqlite_module._migrations("statewise_")[:6]
+    monkeypatch.setattr(sqlite_module, "_migrations", lambda p: six)
+    with pytest.raises(SchemaVersionError, match="schema version 7"):
+        SqliteDb(db_file=tmp_path / "new.db")

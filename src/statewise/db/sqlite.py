@@ -57,15 +57,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class _Landed(Exception):
-    """A commit whose id had already landed: its stored result, raised out of the write
-    transaction so that what the attempt changed is rolled back."""
-
-    def __init__(self, result: CommitResult) -> None:
-        super().__init__("commit already landed")
-        self.result = result
-
-
 LARGE_VALUE = 64 * 1024
 """A text this long is bound through a statement of its own (see `_insert_rows`)."""
 
@@ -75,9 +66,14 @@ database file (SQLite's default, set explicitly because `SqliteDb.commit` counts
 
 
 def _insert_rows(
-    conn: sqlite3.Connection, table: str, columns: str, rows: Sequence[tuple[Any, ...]]
+    conn: sqlite3.Connection,
+    table: str,
+    columns: str,
+    rows: Sequence[tuple[Any, ...]],
+    texts: tuple[int, ...],
 ) -> int:
-    """INSERT `rows` into `table`; the length of the large texts among them.
+    """INSERT `rows` into `table`; the length of the large texts among them. `texts` are
+    the positions of the columns that may hold a large text (the others never do).
 
     SQLite keeps its copy of a value bound to a cached statement until that statement is
     bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
@@ -87,18 +83,23 @@ def _insert_rows(
     that insert nothing, so the large copy is freed within the write that made it.
     """
     width = len(rows[0]) if rows else 0
-    marks = ",".join("?" * width)
+    insert_sql, large_sql = _insert_sql(table, columns, width)
     small: list[tuple[Any, ...]] = []
     large: list[tuple[Any, ...]] = []
     for row in rows:
-        (large if _holds_large_text(row) else small).append(row)
+        for i in texts:
+            value = row[i]
+            if value is not None and len(value) > LARGE_VALUE:
+                large.append(row)
+                break
+        else:
+            small.append(row)
     if len(small) == 1:
-        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small[0])
+        conn.execute(insert_sql, small[0])
     elif small:
-        conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", small)
+        conn.executemany(insert_sql, small)
     if not large:
         return 0
-    large_sql = f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?"
     written = 0
     for row in large:
         conn.execute(large_sql, (*row, 1))
@@ -107,8 +108,14 @@ def _insert_rows(
     return written
 
 
-def _holds_large_text(row: tuple[Any, ...]) -> bool:
-    return any(isinstance(value, str) and len(value) > LARGE_VALUE for value in row)
+@functools.lru_cache(maxsize=64)
+def _insert_sql(table: str, columns: str, width: int) -> tuple[str, str]:
+    """The INSERT for rows of `width` values, and the one for a row holding a large text."""
+    marks = ",".join("?" * width)
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({marks})",
+        f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?",
+    )
 
 
 DELTA_REFERENCE = "@"
@@ -285,6 +292,19 @@ def _migrations(p: str) -> list[str]:
         # `_event_text`); nothing to change in existing rows, but a statewise that does not
         # know the form must refuse the database instead of reading those events as corrupt.
         "",
+        # 7: a commit's id is stored in the row of its last event, which the commit writes
+        # anyway, instead of a `commits` row of its own: one page fewer written and synced
+        # per commit. The session row keeps the greatest id landed, so a new id (greater:
+        # ids are made in time order) needs no lookup (see `SqliteDb._session_for`). Ids
+        # stored before stay in `commits`, and every id up to the greatest of them is
+        # looked up there; a statewise that reads only `commits` must refuse the database.
+        f"""
+        ALTER TABLE {p}sessions ADD COLUMN max_commit TEXT NOT NULL DEFAULT '';
+        UPDATE {p}sessions SET max_commit = coalesce((SELECT max(c.commit_id)
+            FROM {p}commits AS c WHERE c.session_id = {p}sessions.session_id), '');
+        ALTER TABLE {p}events ADD COLUMN commit_id TEXT;
+        ALTER TABLE {p}events ADD COLUMN commit_result TEXT;
+        """,
     ]
 
 
@@ -813,8 +833,6 @@ class SqliteDb(BaseDb):
     def commit(self, commit: Commit) -> CommitResult:
         try:
             result, large = self._write(lambda conn: self._commit_in(conn, commit))
-        except _Landed as landed:
-            return landed.result  # (what this attempt changed was rolled back)
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
         if large >= self._wal_pages_bytes:
@@ -840,49 +858,63 @@ class SqliteDb(BaseDb):
         with contextlib.suppress(sqlite3.Error, DatabaseUnavailableError):
             self._write(rewrite_header)
 
-    def _landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
-        """The stored result of `commit`'s id, if a commit with that id landed before."""
-        row = conn.execute(
-            f"SELECT result, created_at FROM {self.table_prefix}commits "
-            f"WHERE session_id = ? AND commit_id = ?",
-            (commit.session.session_id, commit.commit_id),
-        ).fetchone()
-        return decode_commit_result(commit, row[0], row[1]) if row is not None else None
+    def _landed(
+        self, conn: sqlite3.Connection, commit: Commit, last_seq: int
+    ) -> CommitResult | None:
+        """The stored result of `commit`'s id, if a commit with that id landed before.
 
-    def _insert_commit_id(
-        self,
-        conn: sqlite3.Connection,
-        commit: Commit,
-        versions: dict[ScopeKey, int],
-        last_seq: int,
-        now: float,
-    ) -> None:
-        conn.execute(
-            f"INSERT INTO {self.table_prefix}commits (session_id, commit_id, result, created_at) "
-            f"VALUES (?,?,?,?)",
-            (
-                commit.session.session_id,
-                commit.commit_id,
-                encode_commit_result(versions, last_seq, len(commit.events)),
-                now,
-            ),
-        )
-
-    def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> tuple[CommitResult, int]:
-        """Apply `commit`; its result, and the length of the large texts it wrote."""
+        An id is stored in the `commits` table (by a commit with no event, one whose id was
+        not greater than every id landed before it, and every commit of schema 6 and
+        before), or else in the row of its commit's last event. The ids stored in event
+        rows grow with the sequence numbers (each was greater than all before it), so they
+        are found by bisecting the session's events: a few short reads, not a scan."""
         p = self.table_prefix
-        now = time.time()
+        session_id = commit.session.session_id
+        wanted = commit.commit_id
+        row = conn.execute(
+            f"SELECT result, created_at FROM {p}commits WHERE session_id = ? AND commit_id = ?",
+            (session_id, wanted),
+        ).fetchone()
+        if row is not None:
+            return decode_commit_result(commit, row[0], row[1])
+        first_stored = (
+            f"SELECT seq, commit_id, commit_result, created_at FROM {p}events "
+            f"WHERE session_id = ? AND seq >= ? AND seq <= ? AND commit_id IS NOT NULL "
+            f"ORDER BY seq LIMIT 1"
+        )
+        low, high = 1, last_seq
+        while low <= high:
+            middle = (low + high) // 2
+            found = conn.execute(first_stored, (session_id, middle, high)).fetchone()
+            if found is None or found[1] > wanted:
+                high = middle - 1  # (no id stored from `middle` on is `wanted` or before it)
+            elif found[1] < wanted:
+                low = found[0] + 1
+            else:
+                return decode_commit_result(commit, found[2], found[3])
+        return None
+
+    def _session_for(
+        self, conn: sqlite3.Connection, commit: Commit, now: float
+    ) -> tuple[int, bool] | CommitResult:
+        """Create or advance the commit's session row: the session's last sequence number
+        after this commit, and whether the commit's id goes in its last event's row; or the
+        stored result of the commit, if its id landed before (nothing is written then).
+
+        The session row keeps the greatest commit id landed. An id greater than it has
+        never landed, so the UPDATE that advances the session also tells that, and a
+        commit whose id is new (ids are made in time order) looks nothing up. Any other id
+        (a retry, or ids not made in order) is looked up (`_landed`)."""
+        p = self.table_prefix
         session = commit.session
         n_events = len(commit.events)
-        if commit.commit_id and commit.create_session:
-            landed = self._landed(conn, commit)
-            if landed is not None:
-                return landed, 0
+        commit_id = commit.commit_id
         if commit.create_session:
             try:
                 conn.execute(
                     f"INSERT INTO {p}sessions (session_id, user_id, app_name, kind, "
-                    f"created_at, updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?)",
+                    f"created_at, updated_at, last_seq, metadata, max_commit) "
+                    f"VALUES (?,?,?,?,?,?,?,?,?)",
                     (
                         session.session_id,
                         session.user_id,
@@ -892,32 +924,53 @@ class SqliteDb(BaseDb):
                         now,
                         n_events,
                         _codec.dumps(session.metadata),
+                        commit_id,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
+                if commit_id:
+                    landed = self._landed_in_session(conn, commit)
+                    if landed is not None:
+                        return landed
                 raise VersionConflict(f"session {session.session_id!r}", 0, None) from exc
-            last_seq = n_events
-        else:
+            return n_events, bool(commit_id)
+        if commit_id:
             row = conn.execute(
-                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
-                f"WHERE session_id = ? RETURNING last_seq",
-                (n_events, now, session.session_id),
+                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ?, "
+                f"max_commit = ? WHERE session_id = ? AND max_commit < ? RETURNING last_seq",
+                (n_events, now, commit_id, session.session_id, commit_id),
             ).fetchone()
-            if row is None:
-                raise VersionConflict(f"session {session.session_id!r}", 1, None)
-            last_seq = row[0]
-            if commit.commit_id:
-                # The id goes in first, with the result this commit has if it lands: an id
-                # that landed before fails the insert, and the transaction is rolled back.
-                # (One statement where a lookup and an insert were.)
-                expected = {write.key: write.base_version + 1 for write in commit.writes}
-                try:
-                    self._insert_commit_id(conn, commit, expected, last_seq, now)
-                except sqlite3.IntegrityError:
-                    landed = self._landed(conn, commit)
-                    if landed is None:
-                        raise
-                    raise _Landed(landed) from None
+            if row is not None:
+                return row[0], True
+            landed = self._landed_in_session(conn, commit)
+            if landed is not None:
+                return landed
+        row = conn.execute(
+            f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
+            f"WHERE session_id = ? RETURNING last_seq",
+            (n_events, now, session.session_id),
+        ).fetchone()
+        if row is None:
+            raise VersionConflict(f"session {session.session_id!r}", 1, None)
+        return row[0], False
+
+    def _landed_in_session(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
+        found = conn.execute(
+            f"SELECT last_seq FROM {self.table_prefix}sessions WHERE session_id = ?",
+            (commit.session.session_id,),
+        ).fetchone()
+        return self._landed(conn, commit, found[0]) if found is not None else None
+
+    def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> tuple[CommitResult, int]:
+        """Apply `commit`; its result, and the length of the large texts it wrote."""
+        p = self.table_prefix
+        now = time.time()
+        session = commit.session
+        n_events = len(commit.events)
+        advanced = self._session_for(conn, commit, now)
+        if isinstance(advanced, CommitResult):
+            return advanced, 0
+        last_seq, id_in_event = advanced
         versions: dict[ScopeKey, int] = {}
         large = 0
         for write in commit.writes:
@@ -959,6 +1012,7 @@ class SqliteDb(BaseDb):
                         now,
                     )
                 ],
+                (6, 7),
             )
             text = write.snapshot_text
             if text is not None:
@@ -967,6 +1021,7 @@ class SqliteDb(BaseDb):
                     f"{p}snapshots",
                     "kind, scope_id, version, state",
                     [(key.kind, key.id, new_version, text)],
+                    (3,),
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
@@ -975,22 +1030,35 @@ class SqliteDb(BaseDb):
                 )
             versions[key] = new_version
         first_seq = last_seq - n_events + 1
+        stored = encode_commit_result(versions, last_seq, n_events) if commit.commit_id else ""
         if commit.events:
+            rows: list[tuple[Any, ...]] = [
+                (
+                    session.session_id,
+                    first_seq + i,
+                    event.run_id,
+                    event.type,
+                    _event_text(event, commit.writes),
+                    now,
+                    None,
+                    None,
+                )
+                for i, event in enumerate(commit.events)
+            ]
+            if id_in_event:
+                rows[-1] = (*rows[-1][:6], commit.commit_id, stored)
             large += _insert_rows(
                 conn,
                 f"{p}events",
-                "session_id, seq, run_id, type, data, created_at",
-                [
-                    (
-                        session.session_id,
-                        first_seq + i,
-                        event.run_id,
-                        event.type,
-                        _event_text(event, commit.writes),
-                        now,
-                    )
-                    for i, event in enumerate(commit.events)
-                ],
+                "session_id, seq, run_id, type, data, created_at, commit_id, commit_result",
+                rows,
+                (4,),
+            )
+        if stored and not (id_in_event and commit.events):
+            conn.execute(
+                f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
+                f"VALUES (?,?,?,?)",
+                (session.session_id, commit.commit_id, stored, now),
             )
         if commit.run is not None:
             run = commit.run
@@ -1015,8 +1083,6 @@ class SqliteDb(BaseDb):
                     now,
                 ),
             )
-        if commit.commit_id and commit.create_session:
-            self._insert_commit_id(conn, commit, versions, last_seq, now)
         result = CommitResult(
             versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
         )

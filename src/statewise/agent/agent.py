@@ -178,13 +178,36 @@ class Agent(SessionOwner):
 
     # ---- runs ----------------------------------------------------------------------------
 
+    _shared_runtime: AgentRuntime | None = None
+
     def _runtime(
         self,
         injected: Mapping[str, Any] | None = None,
         client_tools: Sequence[ToolDefinition] = (),
     ) -> AgentRuntime:
+        """What the run loop needs of this agent. Runs without injected values or client
+        tools share one (the loop never changes it; a run that needs another makes a copy),
+        made again when an attribute it holds was set to another object since."""
+        if injected or client_tools:
+            return self._make_runtime(injected or {}, tuple(client_tools))
+        rt = self._shared_runtime
+        if (
+            rt is None
+            or rt.model is not self.model
+            or rt.name is not self.name
+            or rt.callbacks is not self.callbacks
+            or rt.tool_hooks is not self.tool_hooks
+            or rt.output_key is not self.output_key
+            or rt.max_steps is not self.max_steps
+        ):
+            rt = self._shared_runtime = self._make_runtime({}, ())
+        return rt
+
+    def _make_runtime(
+        self, injected: Mapping[str, Any], client_tools: tuple[ToolDefinition, ...]
+    ) -> AgentRuntime:
         return AgentRuntime(
-            client_tools=tuple(client_tools),
+            client_tools=client_tools,
             name=self.name,
             model=self.model,
             functions=self._functions,
@@ -194,7 +217,7 @@ class Agent(SessionOwner):
             output_key=self.output_key,
             max_steps=self.max_steps,
             agent=self,
-            injected=injected or {},
+            injected=injected,
             tool_sources=tuple(self._tool_sources),
         )
 

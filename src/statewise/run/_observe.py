@@ -40,7 +40,22 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 def _env_level() -> int | None:
-    return _LEVELS.get(os.environ.get("STATEWISE_LOG", "").strip().lower())
+    return _LEVELS.get((_getenv("STATEWISE_LOG") or "").strip().lower())
+
+
+def _getenv(name: str) -> str | None:
+    """`os.environ.get(name)`, read at every run (a change between runs counts), without
+    the two KeyErrors `os.environ.get` raises and catches when the variable is not set,
+    the common case (they were a hundredth of a small in-memory run): the name is looked
+    up in the dict behind `os.environ` (CPython's `_Environ`), if it has one."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encodekey = getattr(environ, "encodekey", None)
+    decodevalue = getattr(environ, "decodevalue", None)
+    if not isinstance(data, dict) or encodekey is None or decodevalue is None:
+        return environ.get(name)
+    raw = data.get(encodekey(name))
+    return None if raw is None else str(decodevalue(raw))
 
 
 def env_debug() -> bool:

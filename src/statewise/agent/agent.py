@@ -7,7 +7,7 @@ The agent object holds configuration only; each run's working data lives in the 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from statewise.agent.agentic import agentic_state_tool
@@ -23,7 +23,8 @@ from statewise.run.callbacks import Callbacks, as_callbacks
 from statewise.run.checkpoints import CommitPoints
 from statewise.run.context import RunContext
 from statewise.run.driver import RunRequest, drive_run
-from statewise.run.events import RunCompleted, RunEvent
+from statewise.run.emit import Emit, events_of
+from statewise.run.events import RunEvent
 from statewise.run.output import RunOutput
 from statewise.run.resume import ContinueRequest, PausedRun, drive_continue, paused_runs
 from statewise.run.runtime import AgentRuntime
@@ -177,13 +178,36 @@ class Agent(SessionOwner):
 
     # ---- runs ----------------------------------------------------------------------------
 
+    _shared_runtime: AgentRuntime | None = None
+
     def _runtime(
         self,
         injected: Mapping[str, Any] | None = None,
         client_tools: Sequence[ToolDefinition] = (),
     ) -> AgentRuntime:
+        """What the run loop needs of this agent. Runs without injected values or client
+        tools share one (the loop never changes it; a run that needs another makes a copy),
+        made again when an attribute it holds was set to another object since."""
+        if injected or client_tools:
+            return self._make_runtime(injected or {}, tuple(client_tools))
+        rt = self._shared_runtime
+        if (
+            rt is None
+            or rt.model is not self.model
+            or rt.name is not self.name
+            or rt.callbacks is not self.callbacks
+            or rt.tool_hooks is not self.tool_hooks
+            or rt.output_key is not self.output_key
+            or rt.max_steps is not self.max_steps
+        ):
+            rt = self._shared_runtime = self._make_runtime({}, ())
+        return rt
+
+    def _make_runtime(
+        self, injected: Mapping[str, Any], client_tools: tuple[ToolDefinition, ...]
+    ) -> AgentRuntime:
         return AgentRuntime(
-            client_tools=tuple(client_tools),
+            client_tools=client_tools,
             name=self.name,
             model=self.model,
             functions=self._functions,
@@ -193,7 +217,7 @@ class Agent(SessionOwner):
             output_key=self.output_key,
             max_steps=self.max_steps,
             agent=self,
-            injected=injected or {},
+            injected=injected,
             tool_sources=tuple(self._tool_sources),
         )
 
@@ -243,21 +267,30 @@ class Agent(SessionOwner):
             stream=stream,
         )
 
+    def _output(
+        self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
+    ) -> Coroutine[Any, Any, RunOutput]:
+        """The run, for a caller that wants only its output: no events are made."""
+        return drive_run(self._runtime(client_tools=client_tools), self._store, request)
+
     def _events(
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
     ) -> AsyncIterator[RunEvent]:
-        return drive_run(self._runtime(client_tools=client_tools), self._store, request)
+        """The run's events, for a caller that iterates them (streams, printing)."""
+        rt, store = self._runtime(client_tools=client_tools), self._store
+        return events_of(lambda emit: drive_run(rt, store, request, emit))
 
     # ---- paused runs (humans in the loop) --------------------------------------------------
 
-    def _continue_events(
+    def _continue(
         self,
         run_id: str,
         session_id: str | None,
         approvals: Mapping[str, Any] | None,
         stream: bool,
         client_tools: Sequence[ToolDefinition],
-    ) -> AsyncIterator[RunEvent]:
+    ) -> Callable[[Emit | None], Coroutine[Any, Any, RunOutput]]:
+        """The continuation, started with where its events go (None: nowhere)."""
         validate_id(run_id, "run_id")
         request = ContinueRequest(
             run_id=run_id,
@@ -266,7 +299,8 @@ class Agent(SessionOwner):
             history_runs=self.num_history_runs if self.add_history_to_context else None,
             stream=stream,
         )
-        return drive_continue(self._runtime(client_tools=client_tools), self._store, request)
+        rt, store = self._runtime(client_tools=client_tools), self._store
+        return lambda emit: drive_continue(rt, store, request, emit)
 
     def continue_run(
         self,
@@ -285,8 +319,8 @@ class Agent(SessionOwner):
         edited arguments, `Approval(result="...")` answers a client-side tool. A paused
         run is continued once: a second continue raises `RunNotPausedError`.
         """
-        events = self._continue_events(run_id, session_id, approvals, False, client_tools)
-        return run_sync(_final_output(events))
+        start = self._continue(run_id, session_id, approvals, False, client_tools)
+        return run_sync(start(None))
 
     async def acontinue_run(
         self,
@@ -298,10 +332,10 @@ class Agent(SessionOwner):
         client_tools: Sequence[ToolDefinition] = (),
     ) -> Any:
         """`continue_run` for async callers; with `stream=True`, the events."""
-        events = self._continue_events(run_id, session_id, approvals, stream, client_tools)
+        start = self._continue(run_id, session_id, approvals, stream, client_tools)
         if stream:
-            return events
-        return await _final_output(events)
+            return events_of(start)
+        return await start(None)
 
     def get_paused_runs(self, session_id: str | None = None) -> list[PausedRun]:
         """The session's paused runs with the tool calls each waits on."""
@@ -347,7 +381,7 @@ class Agent(SessionOwner):
         request = self._request(input, session_id, user_id, session_state, stream)
         if stream:
             return self._events(request, client_tools)
-        return await _final_output(self._events(request, client_tools))
+        return await self._output(request, client_tools)
 
     @overload
     def run(
@@ -383,7 +417,7 @@ class Agent(SessionOwner):
         request = self._request(input, session_id, user_id, session_state, stream)
         if stream:
             return iterate_sync(self._events(request))
-        return run_sync(_final_output(self._events(request)))
+        return run_sync(self._output(request))
 
     def run_durably(
         self,
@@ -403,7 +437,7 @@ class Agent(SessionOwner):
         request = self._request(input, session_id, user_id, None, False)
         request.run_id = run_id
         request.points = points
-        return run_sync(_final_output(self._events(request)))
+        return run_sync(self._output(request))
 
     def print_response(
         self,
@@ -445,15 +479,6 @@ class Agent(SessionOwner):
             stream=stream,
             show_tool_calls=show_tool_calls,
         )
-
-
-async def _final_output(events: AsyncIterator[RunEvent]) -> RunOutput:
-    output = None
-    async for event in events:
-        if isinstance(event, RunCompleted):
-            output = event.output
-    assert output is not None, "a run always ends with RunCompleted or an exception"
-    return output
 
 
 def default_db_url() -> str | None:

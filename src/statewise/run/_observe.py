@@ -40,7 +40,22 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 def _env_level() -> int | None:
-    return _LEVELS.get(os.environ.get("STATEWISE_LOG", "").strip().lower())
+    return _LEVELS.get((_getenv("STATEWISE_LOG") or "").strip().lower())
+
+
+def _getenv(name: str) -> str | None:
+    """`os.environ.get(name)`, read at every run (a change between runs counts), without
+    the two KeyErrors `os.environ.get` raises and catches when the variable is not set,
+    the common case (they were a hundredth of a small in-memory run): the name is looked
+    up in the dict behind `os.environ` (CPython's `_Environ`), if it has one."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encodekey = getattr(environ, "encodekey", None)
+    decodevalue = getattr(environ, "decodevalue", None)
+    if not isinstance(data, dict) or encodekey is None or decodevalue is None:
+        return environ.get(name)
+    raw = data.get(encodekey(name))
+    return None if raw is None else str(decodevalue(raw))
 
 
 def env_debug() -> bool:
@@ -103,7 +118,7 @@ def _node(key: Any) -> _Node | None:
     return node
 
 
-def _quiet_under(parent: Any) -> bool:
+def quiet_under(parent: Any) -> bool:
     """True when `parent` belongs to a run that is neither traced nor logged: its steps,
     calls and commits then record nothing, and cost no more than this lookup."""
     node: _Node | None = getattr(parent, _NODE_ATTR, None)
@@ -269,7 +284,7 @@ def run_finished(
 
 
 def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
-    if _quiet_under(ctx):
+    if quiet_under(ctx):
         return QUIET
     token = _start(
         f"step {name}",
@@ -287,7 +302,7 @@ def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -
 def model_request(
     ctx: Any, model: Any, messages: Sequence[Any], tools: Sequence[Any], step: int
 ) -> Token:
-    if _quiet_under(ctx):
+    if quiet_under(ctx):
         return QUIET
     model_id = getattr(model, "id", None)
     token = _start(
@@ -352,7 +367,7 @@ def model_failed(token: Token, error: BaseException) -> None:
 
 
 def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
-    if _quiet_under(ctx):
+    if quiet_under(ctx):
         return QUIET
     token = _start(
         f"execute_tool {call.name}",
@@ -384,7 +399,7 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
 
 
 def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
-    if _quiet_under(scope):
+    if quiet_under(scope):
         return QUIET
     return _start(
         "statewise.commit",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
-from statewise.run.events import RunCompleted, RunEvent, RunStarted, StateChanged
+from statewise.run.emit import Emit
+from statewise.run.events import RunCompleted, RunStarted, StateChanged
 from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
@@ -104,8 +105,9 @@ def initialize_state(
 
 
 async def drive_run(
-    rt: AgentRuntime, store: StateStore, request: RunRequest
-) -> AsyncIterator[RunEvent]:
+    rt: AgentRuntime, store: StateStore, request: RunRequest, emit: Emit | None = None
+) -> RunOutput:
+    """Run the agent once; its events go to `emit` (`events_of(...)` for an iterator)."""
     spec = request.spec
     started = time.perf_counter()
     points = request.points
@@ -146,7 +148,8 @@ async def drive_run(
     failure: BaseException | None = None
     try:
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
-        yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name)
+        if emit is not None:
+            await emit(RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name))
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
         replayed = await points.replay(0) if points is not None else None
         if replayed is not None:
@@ -167,8 +170,8 @@ async def drive_run(
                 changed = await commit_point(
                     points, scope, started_events, 0, "run_start", {"early": early}, run=record
                 )
-            if changed is not None:
-                yield changed
+            if changed is not None and emit is not None:
+                await emit(changed)
         user_message = Message(role="user", content=request.input)
         result = StepsResult()
         if early is not None:
@@ -180,7 +183,7 @@ async def drive_run(
                 if request.history_runs
                 else ()
             )
-            async for event in run_steps(
+            await run_steps(
                 rt,
                 scope,
                 ctx,
@@ -188,17 +191,19 @@ async def drive_run(
                 metrics,
                 result,
                 stream=request.stream,
+                emit=emit,
                 defer_final_commit=not rt.callbacks.after_agent and points is None,
                 points=points,
-            ):
-                yield event
+            )
         scope.enter("end")
-        changed, completed = await end_run(
+        changed, output = await end_run(
             rt, scope, ctx, record, result, [user_message], metrics, available, started
         )
-        if changed is not None:
-            yield changed
-        yield completed
+        if emit is not None:
+            if changed is not None:
+                await emit(changed)
+            await emit(RunCompleted(output=output))
+        return output
     except BaseException as exc:
         keep = False
         failure = exc
@@ -228,13 +233,12 @@ async def end_run(
     metrics: RunMetrics,
     available: Mapping[str, Any],
     started: float,
-) -> tuple[StateChanged | None, RunCompleted]:
+) -> tuple[StateChanged | None, RunOutput]:
     """Commit point (c): the output, `output_key` and `after_agent` writes, and the run
     record; or, when the steps stopped on tool calls that wait for a person or the client,
     the run stored as `paused` with them (nothing of the run end happens yet).
 
-    Returns the commit's state change and the run's last event for the caller to yield
-    (a coroutine, not one more layer of async generator every run's events pass through)."""
+    Returns the commit's state change and the run's output, for the caller to emit."""
     run_id = ctx.run_id
     if not result.pending:
         await finish_agent(rt, ctx, result, available)  # may replace the final answer
@@ -276,20 +280,18 @@ async def end_run(
             commit_id=scope.point_commit_id(),
         )
     spec = scope.working.spec
-    return changed, RunCompleted(
-        output=RunOutput(
-            content=result.content,
-            run_id=run_id,
-            session_id=spec.session_id,
-            user_id=spec.user_id,
-            messages=messages,
-            status="paused" if result.pending else "completed",
-            pending_tool_calls=list(result.pending),
-            metrics=metrics,
-            agent_name=rt.name,
-            conflicts=scope.conflicts,
-            state_loader=scope.txn.state_loader(),
-        )
+    return changed, RunOutput(
+        content=result.content,
+        run_id=run_id,
+        session_id=spec.session_id,
+        user_id=spec.user_id,
+        messages=messages,
+        status="paused" if result.pending else "completed",
+        pending_tool_calls=list(result.pending),
+        metrics=metrics,
+        agent_name=rt.name,
+        conflicts=scope.conflicts,
+        state_loader=scope.txn.state_loader(),
     )
 
 
@@ -310,11 +312,13 @@ async def run_nested(
     result: StepsResult,
     *,
     stream: bool = False,
+    emit: Emit | None = None,
     history: Sequence[Message] = (),
-) -> AsyncIterator[RunEvent]:
+) -> None:
     """Run an agent inside another run (a workflow step, a team member) on the host's
     checked-out state: its writes are visible to the host at once, its steps commit
     through the host's scope, and the host owns the run record and the run-end commit.
+    Its events go to `emit` (none are made without one).
 
     The answer ends up in `result.content`. A nested agent cannot pause the host's run:
     its tools that need approval answer the model with an error instead.
@@ -353,10 +357,9 @@ async def run_nested(
             result.messages.append(Message(role="assistant", content=result.content))
         else:
             user_message = Message(role="user", content=input)
-            async for event in run_steps(
-                rt, scope, ctx, [*history, user_message], metrics, result, stream=stream
-            ):
-                yield event
+            await run_steps(
+                rt, scope, ctx, [*history, user_message], metrics, result, stream=stream, emit=emit
+            )
         await finish_agent(rt, ctx, result, available, suffix=f":{rt.name}")
     except BaseException as exc:
         failure = exc

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +37,7 @@ from statewise.run.checkpoints import (
     step_outcome,
 )
 from statewise.run.context import RunContext
+from statewise.run.emit import Emit
 from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
 from statewise.run.output import RunMetrics
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
@@ -73,10 +73,13 @@ async def run_steps(
     result: StepsResult,
     *,
     stream: bool,
+    emit: Emit | None = None,
     defer_final_commit: bool = False,
     points: CommitPoints | None = None,
-) -> AsyncIterator[RunEvent]:
-    """Run model/tool steps until the model answers without tool calls.
+) -> None:
+    """Run model/tool steps until the model answers without tool calls, sending their
+    events to `emit` (none are made without one). With `stream`, the model streams its
+    answer and `emit` gets it as `ContentDelta`s.
 
     With `points` (a durable run, `run.checkpoints`), a step an earlier execution of the
     run completed is taken from its recorded outcome, and each step's commit is recorded.
@@ -95,6 +98,9 @@ async def run_steps(
     tools = [f.definition() for f in rt.functions.values()]
     tools += [d for d in rt.client_tools if d.name not in rt.functions]
     started = time.perf_counter()
+    # Neither traced nor logged (decided when the run started, and so for all its steps):
+    # nothing below records anything, so nothing is asked to.
+    quiet = _observe.quiet_under(ctx)
     first = ctx.step + 1
     for step in range(first, first + rt.max_steps):
         ctx.step = step
@@ -108,57 +114,67 @@ async def run_steps(
                     return
                 continue
             added, counted = len(result.messages), counters(metrics)
-        observed_step = _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
+        observed_step = (
+            _observe.QUIET
+            if quiet
+            else _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
+        )
         step_error: BaseException | None = None
         try:
             system = rt.system_prompt(ctx)
             messages = [Message(role="system", content=system)] if system else []
             messages += conversation
             messages += result.messages
-            request = ModelRequest(
-                messages=messages, info=RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
-            )
+            info = RequestInfo(tools=tools, run_id=ctx.run_id, step=step)
             response = None
             if rt.callbacks.before_model or rt.callbacks.after_model:
+                request = ModelRequest(messages=messages, info=info)
                 available = {
                     "callback_context": ctx,
                     "run_context": ctx,
                     "llm_request": request,
                     "agent": rt.agent,
                 }
-            if rt.callbacks.before_model:
-                response = as_response(
-                    await first_result(rt.callbacks.before_model, available),
-                    "before_model_callback",
-                )
-                scope.working.mark("callback:before_model")
+                if rt.callbacks.before_model:
+                    response = as_response(
+                        await first_result(rt.callbacks.before_model, available),
+                        "before_model_callback",
+                    )
+                    scope.working.mark("callback:before_model")
+                    messages, info = request.messages, request.info  # (maybe edited)
             if response is not None:
                 # The callback answered for the model: no model call, nothing streamed by one.
-                if stream and response.content:
-                    yield ContentDelta(content=response.content, agent_name=rt.name)
+                if stream and emit is not None and response.content:
+                    await emit(ContentDelta(content=response.content, agent_name=rt.name))
             else:
-                observed_call = _observe.model_request(
-                    ctx, model, request.messages, request.info.tools, step
+                observed_call = (
+                    _observe.QUIET
+                    if quiet
+                    else _observe.model_request(ctx, model, messages, info.tools, step)
                 )
                 try:
                     if stream:
-                        async for chunk in model.request_stream(request.messages, request.info):
+                        async for chunk in model.request_stream(messages, info):
                             if isinstance(chunk, ModelResponse):
                                 response = chunk
                             elif isinstance(chunk, TextDelta) and chunk.content:
                                 if metrics.time_to_first_token is None:
                                     metrics.time_to_first_token = time.perf_counter() - started
-                                yield ContentDelta(content=chunk.content, agent_name=rt.name)
+                                if emit is not None:
+                                    await emit(
+                                        ContentDelta(content=chunk.content, agent_name=rt.name)
+                                    )
                         if response is None:
                             raise RunError(
                                 f"model {model.name} ended its stream without a response"
                             )
                     else:
-                        response = await model.request(request.messages, request.info)
+                        response = await model.request(messages, info)
                 except BaseException as exc:
                     _observe.model_failed(observed_call, exc)
                     raise
-                _observe.model_response(observed_call, response)
+                if not quiet:
+                    _observe.model_response(observed_call, response)
                 metrics.model_requests += 1
                 metrics.input_tokens += response.usage.input_tokens
                 metrics.output_tokens += response.usage.output_tokens
@@ -186,35 +202,40 @@ async def run_steps(
                         "step": step,
                         "message": assistant.to_dict(),
                         "usage": response.usage.to_dict(),
-                        "request": _request_record(rt, scope, system, request.messages),
+                        "request": _request_record(rt, scope, system, messages),
                     },
                 )
             ]
             for call in response.tool_calls:
-                yield ToolCallStarted(
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    arguments=call.arguments,
-                    agent_name=rt.name,
-                )
-                observed_tool = _observe.tool_started(ctx, scope, call)
-                outcome: list[tuple[str, bool] | PendingToolCall] = []
+                if emit is not None:
+                    await emit(
+                        ToolCallStarted(
+                            tool_call_id=call.id,
+                            tool_name=call.name,
+                            arguments=call.arguments,
+                            agent_name=rt.name,
+                        )
+                    )
+                observed_tool = _observe.QUIET if quiet else _observe.tool_started(ctx, scope, call)
                 try:
-                    if stream:
+                    if stream and emit is not None:
                         # Agents the tool runs (team members) stream their events live.
-                        async for event in _call_tool_relaying(rt, scope, ctx, call, outcome):
-                            yield event
+                        outcome = await _call_tool_relaying(rt, scope, ctx, call, emit)
                     else:
-                        outcome.append(await call_tool(rt, scope, ctx, call))
+                        outcome = await call_tool(rt, scope, ctx, call)
                 except BaseException as exc:
                     _observe.finish(observed_tool, exc)
                     raise
-                if isinstance(outcome[0], PendingToolCall):
-                    _observe.tool_finished(observed_tool, "paused: waiting for an answer", False)
-                    result.pending.append(outcome[0])
+                if isinstance(outcome, PendingToolCall):
+                    if not quiet:
+                        _observe.tool_finished(
+                            observed_tool, "paused: waiting for an answer", False
+                        )
+                    result.pending.append(outcome)
                     continue
-                text, is_error = outcome[0]
-                _observe.tool_finished(observed_tool, text, is_error)
+                text, is_error = outcome
+                if not quiet:
+                    _observe.tool_finished(observed_tool, text, is_error)
                 metrics.tool_calls += 1
                 result.messages.append(
                     Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
@@ -231,19 +252,22 @@ async def run_steps(
                         is_error,
                     )
                 )
-                yield ToolCallCompleted(
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    result=text,
-                    is_error=is_error,
-                    agent_name=rt.name,
-                )
+                if emit is not None:
+                    await emit(
+                        ToolCallCompleted(
+                            tool_call_id=call.id,
+                            tool_name=call.name,
+                            result=text,
+                            is_error=is_error,
+                            agent_name=rt.name,
+                        )
+                    )
             if result.pending:
                 # Paused before these calls: what ran so far is committed with the step;
                 # the caller stores the run as paused (it is continued once, later).
                 changed = await scope.commit(events, step=step, source="step")
-                if changed is not None:
-                    yield changed
+                if changed is not None and emit is not None:
+                    await emit(changed)
                 result.final_step = step
                 return
             if not response.tool_calls and defer_final_commit:
@@ -264,8 +288,8 @@ async def run_steps(
                     not response.tool_calls,
                 )
                 changed = await commit_point(points, scope, events, step, "step", recorded)
-            if changed is not None:
-                yield changed
+            if changed is not None and emit is not None:
+                await emit(changed)
             if not response.tool_calls:
                 result.content = response.content
                 return
@@ -273,7 +297,8 @@ async def run_steps(
             step_error = exc
             raise
         finally:
-            _observe.finish(observed_step, step_error)
+            if not quiet:
+                _observe.finish(observed_step, step_error)
     raise RunError(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
@@ -371,13 +396,9 @@ agents a tool runs inside it (team members), to yield them as they happen."""
 
 
 async def _call_tool_relaying(
-    rt: AgentRuntime,
-    scope: RunScope,
-    ctx: RunContext,
-    call: ToolCall,
-    outcome: list[tuple[str, bool] | PendingToolCall],
-) -> AsyncIterator[RunEvent]:
-    """`call_tool`, yielding the events nested runs put in the sink while it runs."""
+    rt: AgentRuntime, scope: RunScope, ctx: RunContext, call: ToolCall, emit: Emit
+) -> tuple[str, bool] | PendingToolCall:
+    """`call_tool`, emitting the events nested runs put in the sink while it runs."""
     sink: asyncio.Queue[RunEvent] = asyncio.Queue()
     previous = ctx.metadata.get(EVENT_SINK)
     ctx.metadata[EVENT_SINK] = sink
@@ -387,12 +408,12 @@ async def _call_tool_relaying(
             getter = asyncio.ensure_future(sink.get())
             done, _ = await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
-                yield getter.result()
+                await emit(getter.result())
             else:
                 getter.cancel()
         while not sink.empty():
-            yield sink.get_nowait()
-        outcome.append(task.result())
+            await emit(sink.get_nowait())
+        return task.result()
     finally:
         if not task.done():
             task.cancel()
@@ -477,17 +498,18 @@ async def call_tool(
             f"({call.arguments_error}). Call it again with a JSON object."
         ), True
     callbacks = rt.callbacks.before_tool or rt.callbacks.after_tool
-    available: dict[str, Any] = {
-        "callback_context": ctx,
-        "tool_context": ctx,
-        "run_context": ctx,
-        "agent": rt.agent,
-        "tool_name": call.name,
-        "tool": function,
-        "args": call.arguments,
-        "arguments": call.arguments,
-        "approval": approval,
-    }
+    if callbacks:
+        available: dict[str, Any] = {
+            "callback_context": ctx,
+            "tool_context": ctx,
+            "run_context": ctx,
+            "agent": rt.agent,
+            "tool_name": call.name,
+            "tool": function,
+            "args": call.arguments,
+            "arguments": call.arguments,
+            "approval": approval,
+        }
     try:
         value = await first_result(rt.callbacks.before_tool, available) if callbacks else None
         if isinstance(value, RequestApproval):
@@ -498,17 +520,21 @@ async def call_tool(
                 return _pending(call, "approval", value.reason)
             value = None  # approved: the call goes ahead
         if value is None:
+            state = ctx.session_state
             injected = {
                 **rt.injected,
                 "run_context": ctx,
                 "tool_context": ctx,
                 "callback_context": ctx,
-                "session_state": ctx.session_state,
-                "agent_state": ctx.session_state,
+                "session_state": state,
+                "agent_state": state,
                 "agent": rt.agent,
             }
-            value = await call_with_hooks(
-                function, call.arguments, rt.tool_hooks, injected, offload=not on_private_loop()
+            offload = not on_private_loop()
+            value = await (
+                call_with_hooks(function, call.arguments, rt.tool_hooks, injected, offload=offload)
+                if rt.tool_hooks
+                else function.call(call.arguments, injected, offload=offload)
             )
         if rt.callbacks.after_tool:
             replaced = await first_result(

@@ -15,7 +15,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +35,10 @@ from statewise.models.messages import Message, ToolCall
 from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.driver import end_run, history_messages
-from statewise.run.events import RunEvent, RunStarted, ToolCallCompleted
+from statewise.run.emit import Emit
+from statewise.run.events import RunCompleted, RunStarted, ToolCallCompleted
 from statewise.run.loop import StepsResult, call_tool, run_steps, tool_call_event
-from statewise.run.output import METRICS_KEY, RunMetrics
+from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import (
     CONTINUED_EVENT,
     PAUSED_EVENT,
@@ -279,9 +280,10 @@ def _answer_text(call: PendingToolCall, answer: Approval) -> str:
 
 
 async def drive_continue(
-    rt: AgentRuntime, store: StateStore, request: ContinueRequest
-) -> AsyncIterator[RunEvent]:
-    """Continue a paused run: answer its pending calls, commit, run on, end the run."""
+    rt: AgentRuntime, store: StateStore, request: ContinueRequest, emit: Emit | None = None
+) -> RunOutput:
+    """Continue a paused run: answer its pending calls, commit, run on, end the run; its
+    events go to `emit`."""
     spec = request.spec
     db = store.db
     owner, ttl = new_id(), CONTINUE_LEASE_SECONDS
@@ -290,8 +292,7 @@ async def drive_continue(
     )
     lease = _Lease(db, spec.session_id, request.run_id, owner, ttl)
     try:
-        async for event in _continue_claimed(rt, store, request, paused, answers):
-            yield event
+        return await _continue_claimed(rt, store, request, paused, answers, emit)
     finally:
         await db.run_io(lease.release)
 
@@ -302,7 +303,8 @@ async def _continue_claimed(
     request: ContinueRequest,
     paused: PausedRun,
     answers: dict[str, Approval],
-) -> AsyncIterator[RunEvent]:
+    emit: Emit | None,
+) -> RunOutput:
     spec = request.spec
     started = time.perf_counter()
     record = paused.run
@@ -336,7 +338,10 @@ async def _continue_claimed(
     )
     failure: BaseException | None = None
     try:
-        yield RunStarted(run_id=record.run_id, session_id=spec.session_id, agent_name=rt.name)
+        if emit is not None:
+            await emit(
+                RunStarted(run_id=record.run_id, session_id=spec.session_id, agent_name=rt.name)
+            )
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
         events = []
         for call in paused.pending:
@@ -373,20 +378,23 @@ async def _continue_claimed(
                         approval=answer.to_dict(),
                     )
                 )
-            yield ToolCallCompleted(
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                result=text,
-                is_error=is_error,
-                agent_name=rt.name,
-            )
+            if emit is not None:
+                await emit(
+                    ToolCallCompleted(
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        result=text,
+                        is_error=is_error,
+                        agent_name=rt.name,
+                    )
+                )
         changed = await scope.commit(events, run=record, step=paused.step, source="continue")
-        if changed is not None:
-            yield changed
+        if changed is not None and emit is not None:
+            await emit(changed)
         history: Sequence[Message] = await history_messages(
             store, spec.session_id, request.history_runs
         )
-        async for event in run_steps(
+        await run_steps(
             rt,
             scope,
             ctx,
@@ -394,15 +402,17 @@ async def _continue_claimed(
             metrics,
             result,
             stream=request.stream,
+            emit=emit,
             defer_final_commit=not rt.callbacks.after_agent,
-        ):
-            yield event
-        changed, completed = await end_run(
+        )
+        changed, output = await end_run(
             rt, scope, ctx, record, result, before, metrics, available, started
         )
-        if changed is not None:
-            yield changed
-        yield completed
+        if emit is not None:
+            if changed is not None:
+                await emit(changed)
+            await emit(RunCompleted(output=output))
+        return output
     except BaseException as exc:
         keep = False
         failure = exc

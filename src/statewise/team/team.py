@@ -22,6 +22,8 @@ from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.run.context import RunContext
 from statewise.run.driver import run_nested
+from statewise.run.emit import Emit
+from statewise.run.events import RunEvent
 from statewise.run.loop import EVENT_SINK, StepsResult
 from statewise.run.scope import SCOPE_KEY, RunScope
 from statewise.tools.function import Function
@@ -124,14 +126,24 @@ class Team(Agent):
         savepoint = txn.savepoint()
         result = StepsResult()
         sink = run_context.metadata.get(EVENT_SINK)
+        relay: Emit | None = None
+        if sink is not None:  # a streamed run: the member's events go out live
+
+            async def relay(event: RunEvent) -> None:
+                if getattr(event, "member_of", "") is None:
+                    event.member_of = self.name or "team"  # type: ignore[union-attr]
+                sink.put_nowait(event)
+
         try:
-            async for event in run_nested(
-                member._runtime(), scope, run_context, task, result, stream=sink is not None
-            ):
-                if sink is not None:  # a streamed run: the member's events go out live
-                    if getattr(event, "member_of", "") is None:
-                        event.member_of = self.name or "team"  # type: ignore[union-attr]
-                    sink.put_nowait(event)
+            await run_nested(
+                member._runtime(),
+                scope,
+                run_context,
+                task,
+                result,
+                stream=sink is not None,
+                emit=relay,
+            )
         except Exception as exc:
             # The member may have committed some of its steps: keep those, undo the rest.
             txn.rollback(savepoint)

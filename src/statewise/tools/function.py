@@ -237,7 +237,8 @@ class Function:
         """
         schema = self._schema()
         try:
-            validated = schema.validator.model_validate(arguments)
+            # (the validator itself: `model_validate` only adds a Python call around it)
+            validated = schema.validator.__pydantic_validator__.validate_python(arguments)
         except ValidationError as exc:
             raise ToolArgumentsError(self.name, _problems(exc)) from None
         values = validated.__dict__

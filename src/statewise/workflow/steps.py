@@ -17,6 +17,7 @@ from statewise.db.store import scope_of
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.run.callbacks import call_with_available
 from statewise.run.driver import run_nested
+from statewise.run.emit import events_of
 from statewise.run.events import RunEvent, StepCompleted, StepStarted
 from statewise.run.loop import StepsResult
 from statewise.state.merge import rebase
@@ -120,8 +121,11 @@ class Step:
         step_input = ex.step_input()
         if self.agent is not None:
             result = StepsResult()
-            async for event in run_nested(
-                self.agent._runtime(), ex.scope, ex.ctx, ex.message, result, stream=ex.stream
+            rt = self.agent._runtime()
+            async for event in events_of(
+                lambda emit: run_nested(
+                    rt, ex.scope, ex.ctx, ex.message, result, stream=ex.stream, emit=emit
+                )
             ):
                 yield event
             output = StepOutput(content=result.content)

@@ -22,7 +22,7 @@ from statewise.state.secrets import (
     redact_conflict,
     registered_secrets,
 )
-from statewise.state.tracked import to_plain
+from statewise.state.tracked import shared_plain, to_plain
 
 REDACTED = "***"
 
@@ -100,7 +100,7 @@ class StateCodec:
         for full, value in root.items():
             if scope_of(full)[0] != key.kind:
                 continue
-            plain = to_plain(value)
+            plain = shared_plain(value)  # encoded right away: no copy needed
             if full in secrets:
                 plain = self.cipher.encrypt_value(plain)
             out[full[len(prefix) :]] = plain

@@ -64,12 +64,18 @@ class Node:
 
 
 def snapshot(value: Any) -> Any:
-    """A plain value equal to `value` that shares its plain parts (never mutated in place)."""
+    """A plain value equal to `value` that shares its plain parts (never mutated in place).
+
+    Only tracked containers are copied, and the plain values they hold are taken as they
+    are (no call for each): after a big write, the tree is one tracked list of plain items.
+    """
     if isinstance(value, Node):
         if isinstance(value, dict):
-            return {k: snapshot(v) for k, v in dict.items(value)}
+            return {
+                k: snapshot(v) if isinstance(v, Node) else v for k, v in dict.items(value)
+            }
         if isinstance(value, list):
-            return [snapshot(v) for v in list.__iter__(value)]
+            return [snapshot(v) if isinstance(v, Node) else v for v in list.__iter__(value)]
     return value
 
 

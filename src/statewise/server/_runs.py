@@ -171,9 +171,9 @@ async def create_run(
         events = await _start(served, body, session_id, user_id, stream=True)
         return await _event_stream(served, events)
     output = await _start(served, body, session_id, user_id, stream=False)
-    # `secret_keys` reads the app's registry from the database: off the loop, with the
-    # serialization.
-    data = await off_loop(lambda: output_json(output, served.secret_keys))
+    # Off the loop: `session_state` may read stored state, and an output without its
+    # secret keys (a workflow's) reads the app's registry.
+    data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
 
 

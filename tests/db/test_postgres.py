@@ -341,3 +341,18 @@ def test_a_read_on_the_event_loop_reconnects_after_the_server_drops_it(
             assert conn.closed
 
         asyncio.run(main())
+
+
+def test_a_read_of_no_scopes_reads_the_session_alone(pg_url: str, schema: str) -> None:
+    import asyncio
+
+    with _db(pg_url, schema) as db:
+        write(db, "s1", setop("a", 1))
+        for read in (
+            lambda sid: db.read_scopes(sid, (), {}),
+            lambda sid: asyncio.run(db.aread_scopes(sid, (), {})),
+        ):
+            record, versions, loaded = read("s1")
+            assert record == db.get_session("s1") and record is not None
+            assert versions == {} and loaded == {}
+            assert read("nope") == (None, {}, {})

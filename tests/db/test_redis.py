@@ -175,3 +175,18 @@ def test_a_read_on_the_event_loop_is_one_round_trip_and_its_loop_closes_its_clie
                 assert opened and not any(c.is_connected for c in opened)
     finally:
         proxy.close()
+
+
+def test_a_read_of_no_scopes_reads_the_session_alone(redis_url: str, prefix: str) -> None:
+    import asyncio
+
+    with _db(redis_url, prefix) as db:
+        write(db, "s1", setop("a", 1))
+        for read in (
+            lambda sid: db.read_scopes(sid, (), {}),
+            lambda sid: asyncio.run(db.aread_scopes(sid, (), {})),
+        ):
+            record, versions, loaded = read("s1")
+            assert record == db.get_session("s1") and record is not None
+            assert versions == {} and loaded == {}
+            assert read("nope") == (None, {}, {})

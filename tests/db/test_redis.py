@@ -175,3 +175,14 @@ def test_a_read_on_the_event_loop_is_one_round_trip_and_its_loop_closes_its_clie
                 assert opened and not any(c.is_connected for c in opened)
     finally:
         proxy.close()
+
+
+def test_a_read_of_no_scopes_reads_the_session_alone(redis_url: str, prefix: str) -> None:
+    import asyncio
+
+    with _db(redis_url, prefix) as db:
+        write(db, "s1", setop("a", 1))
+        for sid, record in (("s1", db.get_session("s1")), ("nope", None)):
+            read = db.read_scopes(sid, (), {})
+            assert read == asyncio.run(db.aread_scopes(sid, (), {}))
+            assert read == (record, {}, {})

@@ -213,3 +213,26 @@ def test_the_state_get_on_postgres_and_redis_reads_on_the_servers_loop(network_d
             assert c.get("/v1/sessions/s/state").json()["state"]["api_token"] == "***"
     finally:
         stop_server(live)
+
+
+def test_a_run_answer_hides_the_apps_recorded_secrets_without_reading_the_registry(
+    tmp_path: Path,
+) -> None:
+    db = CountingDb(db_file=str(tmp_path / "a.db"))
+    # Another agent of the app records api_token as secret; the served one declares none.
+    make_agent(db).run("add a", session_id="other", session_state={"api_token": "sk-0"})
+    live = start_server(create_app([make_agent(db, secrets=False)]))
+    try:
+        with live.client() as c:
+            for n in range(2):
+                db.reads.clear()
+                r = c.post(
+                    "/v1/agents/lister/runs",
+                    json={"input": "add b", "session_id": "s", "session_state": {"api_token": "x"}},
+                )
+                assert r.status_code == 200
+                assert r.json()["session_state"]["api_token"] == "***"
+                if n:  # finding the session, the run's own probe; no read of the registry
+                    assert db.reads == Counter({"probe": 2}), db.reads
+    finally:
+        stop_server(live)

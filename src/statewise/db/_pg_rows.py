@@ -58,11 +58,15 @@ def is_dead(conn: psycopg.Connection[Any]) -> bool:
     (a termination notice, or EOF): a poll with no timeout, no round trip."""
     if conn.closed or conn.broken:
         return True
+    # poll, not select: select cannot watch a descriptor numbered 1024 or more (it raises
+    # ValueError), and a process with that many files open would find every connection
+    # "dead" and close it.
     try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError, psycopg.Error):
         return True
-    return bool(readable)
 
 
 def reason(exc: BaseException) -> str:

@@ -110,6 +110,8 @@ def _scope_state(
 def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> ScopesRead:
     """What `read_query` read: the session, each scope's version, the moved scopes."""
     record = _session_from_row(rows[0]) if rows and rows[0][0] is not None else None
+    if not keys:  # (`_read_scopes_query` probed the session alone)
+        return record, {}, {}
     versions: dict[ScopeKey, int] = {}
     loaded: dict[ScopeKey, ScopeState] = {}
     for key, row in zip(keys, rows, strict=True):
@@ -362,6 +364,8 @@ class PostgresDb(BaseDb):
     def _read_scopes_query(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
     ) -> tuple[str, tuple[Any, ...]]:
+        if not keys:  # the session alone (`read_query` has a row per scope: none here)
+            return Q.probe_query(self._s), (session_id, [], [])
         return Q.read_query(self._s), (
             [k.kind for k in keys],
             [k.id for k in keys],

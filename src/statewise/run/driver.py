@@ -292,6 +292,7 @@ async def end_run(
         agent_name=rt.name,
         conflicts=scope.conflicts,
         state_loader=scope.txn.state_loader(),
+        secret_keys=scope.txn.store.secret_keys_in(scope.working.root),
     )
 
 

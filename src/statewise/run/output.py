@@ -61,6 +61,9 @@ class RunOutput:
     agent_name: str | None = None
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     state_loader: Callable[[], dict[str, Any]] | None = field(default=None, repr=False)
+    # The keys `session_state` treats as secret (declared, or in the app's registry as the
+    # run's end saw it): what the HTTP API redacts, without reading the registry again.
+    secret_keys: frozenset[str] | None = field(default=None, repr=False)
     _session_state: dict[str, Any] | None = field(default=None, repr=False)
 
     @property

@@ -107,6 +107,5 @@ async def continue_run(
     obj = _pausable(served)
     approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}
     output = await obj.acontinue_run(run_id, session_id=session_id, approvals=approvals)
-    # `secret_keys` reads the app's registry from the database: off the loop too.
-    data = await off_loop(lambda: output_json(output, served.secret_keys))
+    data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
     return JSONResponse(data)

@@ -53,6 +53,13 @@ class Served:
             return self.store.secret_keys
         return self.store.app_secret_keys(self.app_name)
 
+    def secret_keys_of(self, output: Any) -> frozenset[str]:
+        """The keys to hide in a run's output: the ones its run end saw as secret
+        (declared, or in the app's registry at the very version of the output's state), so
+        answering a run reads no registry; `secret_keys` for an output without them."""
+        keys: frozenset[str] | None = getattr(output, "secret_keys", None)
+        return self.secret_keys if keys is None else keys
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -119,6 +126,15 @@ class Registry:
         """The session's record and the served object that owns it."""
         for db, first in self.databases():
             record = db.get_session(session_id)
+            if record is not None:
+                return record, self._owner(db, record, first)
+        return None
+
+    async def afind_session(self, session_id: str) -> tuple[SessionRecord, Served] | None:
+        """`find_session` for the event loop: through the database's async driver where it
+        has one (PostgreSQL, Redis), so a run request's first read takes no thread hop."""
+        for db, first in self.databases():
+            record = (await db.aread_scopes(session_id, (), {}))[0]
             if record is not None:
                 return record, self._owner(db, record, first)
         return None

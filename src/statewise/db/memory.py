@@ -28,6 +28,7 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     ScopeState,
+    ScopeWrite,
     SessionRecord,
     decode_commit_result,
     encode_commit_result,
@@ -198,17 +199,21 @@ class InMemoryDb(BaseDb):
                 if actual != write.base_version:
                     raise VersionConflict(str(write.key), write.base_version, actual)
             # Encode everything before mutating anything: a failure here changes nothing.
-            # The deltas' segments are encoded already (`ScopeWrite.segments_text`).
-            conflicts_texts = [
-                _codec.dumps(write.conflicts) if write.conflicts else None for write in writes
-            ]
-            snapshots = [write.snapshot_text for write in writes]
+            # The deltas' segments are encoded already (`ScopeWrite.segments_text`), and so
+            # are snapshots (`ScopeWrite.snapshot_text`).
             payload: list[Any] = [e.data for e in events]
             body = run is not None and bool(run.messages or run.metrics)
             if body:
                 assert run is not None
                 payload.append((run.messages, run.metrics))
             batch = _Batch(_codec.dumps(payload))
+            conflicts_texts: Sequence[str | None] = ()
+            snapshots: Sequence[str | None] = ()
+            if writes:  # (a run's start and end commits usually write no state)
+                conflicts_texts = [
+                    _codec.dumps(write.conflicts) if write.conflicts else None for write in writes
+                ]
+                snapshots = [write.snapshot_text for write in writes]
             if existing is None:
                 existing = SessionRecord(**session.to_dict())
                 existing.created_at = now
@@ -217,27 +222,9 @@ class InMemoryDb(BaseDb):
             first_seq = existing.last_seq + 1
             last_seq = existing.last_seq = existing.last_seq + len(events)
             existing.updated_at = now
-            versions = {}
-            for write, conflicts, snapshot in zip(writes, conflicts_texts, snapshots, strict=True):
-                scope = scopes.get(write.key)
-                if scope is None:
-                    scope = scopes[write.key] = _Scope()
-                version = scope.version = scope.version + 1
-                scope.deltas[version] = (
-                    sid,
-                    commit.run_id,
-                    commit.step,
-                    write.segments_text,
-                    conflicts,
-                    now,
-                )
-                scope.tail_bytes += write.delta_bytes
-                if snapshot is not None:
-                    scope.snapshots[version] = snapshot
-                    scope.snapshot_version = version
-                    scope.snapshot_bytes = len(snapshot)
-                    scope.tail_bytes = 0
-                versions[write.key] = version
+            versions: dict[ScopeKey, int] = {}
+            if writes:
+                self._apply_writes(commit, writes, conflicts_texts, snapshots, versions, now)
             rows = self._events.get(sid)
             if rows is None:
                 rows = self._events[sid] = []
@@ -269,6 +256,39 @@ class InMemoryDb(BaseDb):
             return CommitResult(
                 versions=versions, first_seq=first_seq, last_seq=last_seq, committed_at=now
             )
+
+    def _apply_writes(
+        self,
+        commit: Commit,
+        writes: Sequence[ScopeWrite],
+        conflicts_texts: Sequence[str | None],
+        snapshots: Sequence[str | None],
+        versions: dict[ScopeKey, int],
+        now: float,
+    ) -> None:
+        """Store each write's delta (and snapshot), filling `versions` (the lock held)."""
+        scopes = self._scopes
+        sid = commit.session.session_id
+        for write, conflicts, snapshot in zip(writes, conflicts_texts, snapshots, strict=True):
+            scope = scopes.get(write.key)
+            if scope is None:
+                scope = scopes[write.key] = _Scope()
+            version = scope.version = scope.version + 1
+            scope.deltas[version] = (
+                sid,
+                commit.run_id,
+                commit.step,
+                write.segments_text,
+                conflicts,
+                now,
+            )
+            scope.tail_bytes += write.delta_bytes
+            if snapshot is not None:
+                scope.snapshots[version] = snapshot
+                scope.snapshot_version = version
+                scope.snapshot_bytes = len(snapshot)
+                scope.tail_bytes = 0
+            versions[write.key] = version
 
     def read_deltas(
         self,

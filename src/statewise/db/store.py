@@ -300,7 +300,11 @@ class StateStore:
         cached = self.cache.take(spec.session_id)
         recorder = Recorder()
         if cached is not None and cached.spec.scope_keys() == keys:
-            stale = [k for k in keys if cached.versions.get(k) != versions[k]]
+            stale = (
+                [k for k in keys if cached.versions.get(k) != versions[k]]
+                if cached.versions != versions
+                else ()
+            )
             ws = cached
             ws.recorder = recorder
             ws.root.set_recorder(recorder)

@@ -32,8 +32,12 @@ class RunMetrics:
             "total_tokens": self.total_tokens,
             "model_requests": self.model_requests,
             "tool_calls": self.tool_calls,
-            "duration": self.duration,
-            "time_to_first_token": self.time_to_first_token,
+            # To the microsecond: a float's shortest text costs a tenth of encoding a
+            # run's records when it has all of its seventeen digits.
+            "duration": round(self.duration, 6),
+            "time_to_first_token": None
+            if self.time_to_first_token is None
+            else round(self.time_to_first_token, 6),
         }
 
 

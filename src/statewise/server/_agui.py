@@ -141,7 +141,7 @@ async def agui_run(
     continuing = _is_continuation(body)
     text = "" if continuing else _input_text(body)
     user_id = _user_for(principal, None, served)
-    found = await registry.afind_session(session_id)
+    found = await off_loop(registry.find_session, session_id)
     record: SessionRecord | None = None
     if found is not None:
         record = found[0]

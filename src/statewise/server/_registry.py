@@ -130,15 +130,6 @@ class Registry:
                 return record, self._owner(db, record, first)
         return None
 
-    async def afind_session(self, session_id: str) -> tuple[SessionRecord, Served] | None:
-        """`find_session` for the event loop: through the database's async driver where it
-        has one (PostgreSQL, Redis), so a run request's first read takes no thread hop."""
-        for db, first in self.databases():
-            record = (await db.aread_scopes(session_id, (), {}))[0]
-            if record is not None:
-                return record, self._owner(db, record, first)
-        return None
-
     def read_state(self, session_id: str) -> tuple[StateRead, Served] | None:
         """`find_session` and the session's state, read by its owner, in one probe (two
         when the first object served on the database is not the owner)."""

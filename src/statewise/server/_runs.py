@@ -104,11 +104,11 @@ async def _prepare(
         check_writable(body.session_state)
     user_id = _user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
-    user_id = await _own_session(registry, principal, served, session_id, user_id, body)
+    user_id = await off_loop(_own_session, registry, principal, served, session_id, user_id, body)
     return served, session_id, user_id
 
 
-async def _own_session(
+def _own_session(
     registry: Registry,
     principal: Principal,
     served: Served,
@@ -116,8 +116,8 @@ async def _own_session(
     user_id: str | None,
     body: RunBody,
 ) -> str | None:
-    """Find the session or create it; the user it runs as."""
-    found = await registry.afind_session(session_id)
+    """Find the session or create it (one hop off the loop for both); the user it runs as."""
+    found = registry.find_session(session_id)
     if found is None:
         # A new session is created before the run, as a create: when two callers create
         # the same id at once, exactly one gets it. The other joins it only if it may see
@@ -125,10 +125,10 @@ async def _own_session(
         # requests); otherwise it gets an error, never a write into (or a read of) the
         # winner's session.
         try:
-            await off_loop(served.obj.create_session, session_id, user_id=user_id)
+            served.obj.create_session(session_id, user_id=user_id)
             return user_id
         except SessionExistsError:
-            found = await registry.afind_session(session_id)
+            found = registry.find_session(session_id)
             if found is None or found[0].user_id != user_id:
                 raise
     if not principal.can_see(found[0]):

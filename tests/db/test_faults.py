@@ -175,12 +175,17 @@ def test_postgres_commit_after_a_lost_race_through_a_dropped_connection_lands_ex
     locked = faulty.commit_rebased
 
     def arm_then_commit(*args: Any) -> Any:
-        # The first attempt lost; the fault waits for this one's lock or its commit.
-        proxy.arm(fault, None, b"FOR UPDATE" if stage == "lock" else marker[0])
+        # The first attempt lost; the fault waits for this one's lock or its commit. One
+        # fault per commit: if the commit comes through here again after it (a retry),
+        # that attempt must land exactly once without a second fault.
+        if armed_for[0] != marker[0]:
+            armed_for[0] = marker[0]
+            proxy.arm(fault, None, b"FOR UPDATE" if stage == "lock" else marker[0])
         return locked(*args)
 
     faulty.commit_rebased = arm_then_commit  # type: ignore[method-assign,assignment]
     marker = [b""]
+    armed_for = [b""]
     try:
         _append(direct, "start")
         outcomes = []

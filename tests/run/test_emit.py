@@ -13,17 +13,9 @@ import statewise.run.driver
 import statewise.run.loop
 from statewise import Agent
 from statewise.db import InMemoryDb
-from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from statewise.models import FunctionModel, ModelResponse
 from statewise.run.emit import events_of
-
-
-def call_tool(name: str) -> FunctionModel:
-    def fn(messages: list[Message], info: RequestInfo) -> ModelResponse:
-        if messages[-1].role == "tool":
-            return ModelResponse(content=messages[-1].content or "")
-        return ModelResponse(tool_calls=[ToolCall(name, {}, "c1")])
-
-    return FunctionModel(fn)
+from tests.run._models import call_tool
 
 
 def test_a_run_nobody_iterates_makes_no_events(monkeypatch: pytest.MonkeyPatch) -> None:

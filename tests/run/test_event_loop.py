@@ -12,16 +12,7 @@ from typing import Any
 
 from statewise import Agent
 from statewise.db import InMemoryDb, SqliteDb
-from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
-
-
-def call_tool(name: str) -> FunctionModel:
-    def fn(messages: list[Message], info: RequestInfo) -> ModelResponse:
-        if messages[-1].role == "tool":
-            return ModelResponse(content=messages[-1].content or "")
-        return ModelResponse(tool_calls=[ToolCall(name, {}, "c1")])
-
-    return FunctionModel(fn)
+from tests.run._models import call_tool
 
 
 def test_a_blocking_sync_tool_leaves_the_shared_loop_free() -> None:

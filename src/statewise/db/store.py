@@ -376,10 +376,9 @@ class StateStore:
 
     # ---- reading state at a version ---------------------------------------------------------
 
-    def state_loader(self, ws: WorkingState) -> Callable[[], dict[str, Any]]:
+    def state_loader(self, ws: WorkingState) -> StateLoader:
         """A function that returns the state as `ws` is now, even after later runs."""
-        spec, versions = ws.spec, dict(ws.versions)
-        return lambda: self.state_at(spec, versions)
+        return StateLoader(self, ws.spec, dict(ws.versions))
 
     def state_at(self, spec: SessionSpec, versions: Mapping[ScopeKey, int]) -> dict[str, Any]:
         cached = self.cache.plain_if_current(spec.session_id, versions)
@@ -425,6 +424,51 @@ class StateStore:
         case (the first attempt lands) builds one `Commit` and nothing else: what a rebase
         needs (`PendingCommit`) is made only when a race was lost.
         """
+        attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
+        try:
+            result = self.db.commit(attempt.commit)
+        except VersionConflict:
+            return self._after_lost_race(ws, attempt, events, run, run_id, step, policy)
+        return self._landed(ws, attempt, result)
+
+    async def acommit(
+        self,
+        ws: WorkingState,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        source: str,
+        commit_id: str | None,
+        policy: CommitPolicy | None,
+    ) -> Committed:
+        """`commit` from a shared event loop. The commit is built here, on the loop: it is
+        CPU only, and built in a worker thread it would wait for the loop's thread to hand
+        over the interpreter lock. Only the write leaves the loop (`BaseDb.acommit`); a
+        lost race or a replayed commit, which read the database, finishes in its thread."""
+        attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
+        db = self.db
+        try:
+            result = await db.acommit(attempt.commit)
+        except VersionConflict:
+            return await db.run_io(
+                self._after_lost_race, ws, attempt, events, run, run_id, step, policy
+            )
+        if result.replayed:
+            return await db.run_io(self._landed, ws, attempt, result)
+        return self._landed(ws, attempt, result)
+
+    def _first_attempt(
+        self,
+        ws: WorkingState,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        source: str,
+        commit_id: str | None,
+    ) -> _Attempt:
+        """The commit of everything pending, as first tried (no I/O)."""
         if commit_id is None:
             commit_id = new_id()
         else:
@@ -437,15 +481,36 @@ class StateStore:
         undo = recorder.undoer()
         segments = ws.take_segments(source)
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
-        conflicts: list[dict[str, Any]] = []
-        try:
-            result = self.db.commit(commit)
-        except VersionConflict:
-            pending = PendingCommit(segments=segments, commit_id=commit_id, undo=undo)
-            commit, changes, result = self._commit_rebased(
-                ws, pending, events, run, run_id, step, policy or CommitPolicy()
-            )
-            conflicts = pending.conflicts
+        return _Attempt(commit_id, segments, undo, commit, changes)
+
+    def _after_lost_race(
+        self,
+        ws: WorkingState,
+        attempt: _Attempt,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        policy: CommitPolicy | None,
+    ) -> Committed:
+        pending = PendingCommit(
+            segments=attempt.segments, commit_id=attempt.commit_id, undo=attempt.undo
+        )
+        commit, changes, result = self._commit_rebased(
+            ws, pending, events, run, run_id, step, policy or CommitPolicy()
+        )
+        rebased = _Attempt(attempt.commit_id, attempt.segments, attempt.undo, commit, changes)
+        return self._landed(ws, rebased, result, pending.conflicts)
+
+    def _landed(
+        self,
+        ws: WorkingState,
+        attempt: _Attempt,
+        result: CommitResult,
+        conflicts: list[dict[str, Any]] | None = None,
+    ) -> Committed:
+        """Bring the working state up to the commit that landed; what it wrote."""
+        commit = attempt.commit
         writes = commit.writes
         if result.replayed:
             # An earlier attempt of this very commit landed (its reply was lost): nothing
@@ -475,9 +540,9 @@ class StateStore:
             if writes
             else {},
             last_seq=result.last_seq,
-            changes=changes,
-            conflicts=conflicts,
-            commit_id=commit_id,
+            changes=attempt.changes,
+            conflicts=conflicts or [],
+            commit_id=attempt.commit_id,
             replayed=result.replayed,
         )
 
@@ -733,6 +798,34 @@ class StateStore:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class StateLoader:
+    """Loads a session's state as it was at `versions`, when asked."""
+
+    store: StateStore
+    spec: SessionSpec
+    versions: dict[ScopeKey, int]
+
+    def __call__(self) -> dict[str, Any]:
+        return self.store.state_at(self.spec, self.versions)
+
+    def if_cached(self) -> dict[str, Any] | None:
+        """The state if the session's cached tree is still at `versions` (no read); else
+        None."""
+        return self.store.cache.plain_if_current(self.spec.session_id, self.versions)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """A commit as built for one attempt, and what a rebase of it would need."""
+
+    commit_id: str
+    segments: list[tuple[str, list[Op]]]
+    undo: Callable[[], None]
+    commit: Commit
+    changes: list[dict[str, Any]]
+
+
 @dataclass(kw_only=True)
 class Committed:
     """What a commit wrote: new scope versions, the ops (secrets redacted), conflicts,
@@ -789,6 +882,7 @@ __all__ = [
     "Committed",
     "SessionMode",
     "SessionSpec",
+    "StateLoader",
     "StateStore",
     "WorkingState",
     "clear_expiry",

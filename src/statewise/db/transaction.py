@@ -36,7 +36,7 @@ from statewise.exceptions import InvalidInputError, StateError
 from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 
 if TYPE_CHECKING:
-    from statewise.db.store import CommitPolicy, Committed, StateStore
+    from statewise.db.store import CommitPolicy, Committed, StateLoader, StateStore
 
 
 class TransactionCore:
@@ -122,15 +122,18 @@ class TransactionCore:
         source: str,
         commit_id: str | None,
     ) -> Committed:
-        if self.closed:
-            raise StateError("this session transaction is closed")
-        if self.detached:
-            raise StateError("a branch of a session transaction cannot commit")
+        self._check_committable()
         return self.store.commit(
             self.working, events, run, run_id, step, source, commit_id, self.policy
         )
 
-    def state_loader(self) -> Any:
+    def _check_committable(self) -> None:
+        if self.closed:
+            raise StateError("this session transaction is closed")
+        if self.detached:
+            raise StateError("a branch of a session transaction cannot commit")
+
+    def state_loader(self) -> StateLoader:
         """A function returning the state as it is now, even after later commits."""
         return self.store.state_loader(self.working)
 
@@ -199,7 +202,8 @@ class Transaction(TransactionCore):
 
 class AsyncTransaction(TransactionCore):
     """A session transaction for async callers: I/O goes through the database's async
-    policy (inline for local databases, a worker thread for network ones)."""
+    policy (inline on a sync call's private loop, off the loop's thread on a shared one;
+    a commit is built on the loop and only its write leaves it)."""
 
     async def commit(
         self,
@@ -213,8 +217,9 @@ class AsyncTransaction(TransactionCore):
     ) -> Committed:
         if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
             return self._commit(events, run, run_id, step, source, commit_id)
-        return await self.store.db._run_async(
-            self._commit, events, run, run_id, step, source, commit_id
+        self._check_committable()
+        return await self.store.acommit(
+            self.working, events, run, run_id, step, source, commit_id, self.policy
         )
 
     commit.__doc__ = _COMMIT_DOC

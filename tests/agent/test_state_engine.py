@@ -312,3 +312,19 @@ def test_append_to_a_dict_is_a_clear_tool_error() -> None:
     agent.run("go")
     assert "cannot append to 'prefs'" in results[0]
     assert agent.get_session_state() == {"prefs": {"theme": "dark"}}
+
+
+def test_a_run_outputs_state_is_at_hand_without_a_read_only_while_it_is_current(
+    tmp_path: Path,
+) -> None:
+    agent = shopping(SqliteDb(db_file=tmp_path / "s.db"))
+    first = agent.run("a", session_id="s")
+    assert first.session_state_if_loaded() == {"items": ["a"]}  # the cached tree
+    earlier = agent.run("b", session_id="s")
+    agent.run("c", session_id="s")
+    # Its state is no longer the cached tree: getting it means a read, so not here...
+    assert earlier.session_state_if_loaded() is None
+    # ...and the read gives the state as that run left it.
+    assert earlier.session_state == {"items": ["a", "b"]}
+    assert earlier.session_state_if_loaded() == {"items": ["a", "b"]}
+    assert first.session_state == {"items": ["a"]}

@@ -236,3 +236,30 @@ def test_a_run_answer_hides_the_apps_recorded_secrets_without_reading_the_regist
                     assert db.reads == Counter({"get_session": 1, "probe": 2}), db.reads
     finally:
         stop_server(live)
+
+
+def test_a_run_answer_takes_its_state_on_the_loop_when_the_run_left_it_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import statewise.server._runs as runs
+    from statewise.server._threads import off_loop as real_off_loop
+
+    hops: list[str] = []
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(fn, "__name__", "?"))
+        return await real_off_loop(fn, *args, **kwargs)
+
+    monkeypatch.setattr(runs, "off_loop", counted)
+    live = start_server(create_app([make_agent(SqliteDb(db_file=str(tmp_path / "a.db")))]))
+    try:
+        with live.client() as c:
+            for item in ("a", "b"):
+                r = c.post(
+                    "/v1/agents/lister/runs", json={"input": f"add {item}", "session_id": "s"}
+                )
+                assert r.status_code == 200
+            assert r.json()["session_state"]["items"] == ["a", "b"]
+            assert hops == ["_own_session", "_own_session"]  # finding the session only
+    finally:
+        stop_server(live)

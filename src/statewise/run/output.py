@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from statewise.db.store import StateLoader
 from statewise.models.messages import Message
 from statewise.run.pause import PendingToolCall
 
@@ -70,6 +71,18 @@ class RunOutput:
     def session_state(self) -> dict[str, Any]:
         if self._session_state is None:
             self._session_state = self.state_loader() if self.state_loader else {}
+        return self._session_state
+
+    def session_state_if_loaded(self) -> dict[str, Any] | None:
+        """`session_state` if getting it reads no database (copied already, or the run's
+        state is still the session's cached tree); else None. For callers on an event
+        loop, which must not wait on a read."""
+        if self._session_state is None:
+            loader = self.state_loader
+            if loader is None:
+                self._session_state = {}
+            elif isinstance(loader, StateLoader):
+                self._session_state = loader.if_cached()
         return self._session_state
 
     def __str__(self) -> str:

@@ -171,9 +171,12 @@ async def create_run(
         events = await _start(served, body, session_id, user_id, stream=True)
         return await _event_stream(served, events)
     output = await _start(served, body, session_id, user_id, stream=False)
-    # Off the loop: `session_state` may read stored state, and an output without its
-    # secret keys (a workflow's) reads the app's registry.
-    data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
+    if output.secret_keys is not None and output.session_state_if_loaded() is not None:
+        data = output_json(output, output.secret_keys)  # no read: no hop off the loop
+    else:
+        # `session_state` reads stored state, or the output has no secret keys of its
+        # own (a workflow's) and the app's registry is read.
+        data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
 
 

@@ -40,6 +40,44 @@ def test_a_blocking_sync_tool_leaves_the_shared_loop_free() -> None:
     assert agent.get_session_state("s") == {"waited": True}
 
 
+def test_slow_sync_tools_do_not_take_the_threads_database_io_needs() -> None:
+    """Tools run in threads of their own: with as many tools blocked at once as there are
+    threads for database I/O (every run's commits go through those), the database still
+    answers."""
+    from statewise.db.threads import BLOCKING_THREADS
+    from statewise.tools._offload import TOOL_THREADS
+
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    threads: set[str] = set()
+
+    def slow(session_state: dict[str, Any]) -> str:
+        threads.add(threading.current_thread().name)
+        started.release()
+        release.wait(timeout=10)
+        return "ok"
+
+    db = InMemoryDb()
+    agent = Agent(model=call_tool("slow"), tools=[slow], db=db)
+
+    async def main() -> bool:
+        runs = [
+            asyncio.create_task(agent.arun("go", session_id=f"s{n}"))
+            for n in range(BLOCKING_THREADS)
+        ]
+        try:
+            for _ in range(TOOL_THREADS):
+                await asyncio.to_thread(started.acquire)
+            answered = await asyncio.wait_for(db.run_io(db.get_session, "s0"), timeout=5)
+            return answered is not None
+        finally:
+            release.set()
+            await asyncio.gather(*runs)
+
+    assert asyncio.run(main())
+    assert threads and all(name.startswith("statewise-tool") for name in threads), threads
+
+
 def test_under_a_sync_run_tools_run_inline() -> None:
     threads: list[str] = []
 

@@ -9,7 +9,6 @@ validates, injects and calls, nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import types
 import weakref
@@ -31,6 +30,7 @@ from statewise.tools._introspect import (
     parse_docstring,
     split_injected,
 )
+from statewise.tools._offload import off_loop
 from statewise.tools._schema import build_arguments_model, check_parameter_kinds
 from statewise.tools.errors import ToolArgumentsError
 
@@ -272,7 +272,7 @@ class Function:
         if self.is_async or not offload:
             result = self.invoke(arguments, injected)
         else:
-            result = await asyncio.to_thread(self.invoke, arguments, injected)
+            result = await off_loop(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
         if not isinstance(result, str) and inspect.isawaitable(result):

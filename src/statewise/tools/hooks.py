@@ -40,6 +40,7 @@ from statewise.tools._introspect import (
     parameters_of,
     split_injected,
 )
+from statewise.tools._offload import off_loop
 from statewise.tools.function import Function
 
 _HOOK_ARGUMENTS = frozenset({"function_name", "function_call", "arguments"})
@@ -139,7 +140,7 @@ class _Chain:
         elif self.offload:
             # A sync hook (and the sync chain under it) on a shared loop: off the loop's
             # thread, like a sync tool.
-            return await asyncio.to_thread(self.call, index, arguments)
+            return await off_loop(self.call, index, arguments)
         else:
 
             def next_sync(**kwargs: Any) -> Any:

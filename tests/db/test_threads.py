@@ -1,4 +1,4 @@
-"""Worker threads for blocking calls from async code (`statewise.db.threads`)."""
+"""Worker threads for blocking calls from async code (`statewise._workers`, `statewise.db.threads`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from statewise.db.threads import Workers, run_blocking
+from statewise._workers import Workers
+from statewise.db.threads import run_blocking
 
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="")
 

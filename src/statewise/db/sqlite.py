@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from statewise._workers import Workers
 from statewise.db import _codec
 from statewise.db.base import (
     BaseDb,
@@ -44,7 +45,7 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
-from statewise.db.threads import Workers, run_blocking
+from statewise.db.threads import run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
     DatabaseUnavailableError,

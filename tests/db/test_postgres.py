@@ -96,6 +96,25 @@ def test_commit_whose_answer_is_lost_is_applied_exactly_once(pg_url: str, schema
         proxy.close()
 
 
+def test_a_read_goes_through_every_dropped_pooled_connection_that_still_looks_alive(
+    pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the server drops every connection, the pooled ones can still look
+    alive when checked out (their hangup not seen yet): the read fails on each in turn and
+    must still end on a new one."""
+    import statewise.db.postgres as postgres
+
+    with _db(pg_url, schema, pool_size=3) as db:
+        write(db, "s1", setop("a", 1))
+        pids = [c.info.backend_pid for c in db._pool._pool]
+        assert len(pids) >= 2
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        monkeypatch.setattr(postgres, "_is_dead", lambda conn: False)  # none looks dead
+        assert db.get_session("s1") is not None
+
+
 def test_reconnects_after_the_server_drops_every_connection(pg_url: str, schema: str) -> None:
     with _db(pg_url, schema, pool_size=3) as db:
         write(db, "s1", setop("a", 1))

@@ -257,13 +257,19 @@ class PostgresDb(BaseDb):
         )
 
     def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run an idempotent read; on a dropped connection, once more on a fresh one."""
-        for attempt in (1, 2):
+        """Run an idempotent read; on a dropped connection, again on another one.
+
+        When the server drops every connection (a restart, an administrator), the pooled
+        ones may still look alive for a moment after the first one failed: each failed one
+        is replaced, so the read goes on until a connection answers, at most once per
+        pooled connection plus a new one."""
+        attempts = self.pool_size + 1
+        for attempt in range(1, attempts + 1):
             with self._connection() as conn:
                 try:
                     return fn(conn)
                 except psycopg.OperationalError as exc:
-                    if attempt == 2 or not (conn.broken or conn.closed):
+                    if attempt == attempts or not (conn.broken or conn.closed):
                         raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -138,3 +138,40 @@ def test_concurrent_runs_on_one_loop_and_a_shared_session_lose_nothing(tmp_path:
     events = agent.db.read_events("shared")
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     agent.db.close()
+
+
+def test_a_commit_whose_caller_is_cancelled_mid_write_is_still_recorded(tmp_path: Path) -> None:
+    """The write goes on after its caller is cancelled (a thread cannot be stopped): what
+    landed must still be recorded in the working state, or the transaction's next commit
+    would find itself behind and rebase onto its own write (applying it twice)."""
+    db = SqliteDb(db_file=tmp_path / "s.db")
+    store = StateStore(db)
+    writing = threading.Event()
+    real_commit = db.commit
+
+    def slow_commit(commit: Any) -> Any:
+        writing.set()
+        threading.Event().wait(0.3)
+        return real_commit(commit)
+
+    async def main() -> None:
+        txn = await store.abegin(SessionSpec(session_id="s"))
+        txn.state["items"] = []
+        await txn.commit(source="start")
+        txn.state["items"].append("a")
+        db.commit = slow_commit  # type: ignore[method-assign]
+        first = asyncio.create_task(txn.commit(source="first"))
+        while not writing.is_set():
+            await asyncio.sleep(0.005)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        db.commit = real_commit  # type: ignore[method-assign]
+        await asyncio.sleep(0.6)  # the cancelled write lands meanwhile
+        txn.state["items"].append("b")
+        await txn.commit(source="second")
+        txn.close()
+
+    asyncio.run(main())
+    assert store.read_state(SessionSpec(session_id="s"))[0] == {"items": ["a", "b"]}
+    db.close()

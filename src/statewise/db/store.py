@@ -425,11 +425,7 @@ class StateStore:
         needs (`PendingCommit`) is made only when a race was lost.
         """
         attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        try:
-            result = self.db.commit(attempt.commit)
-        except VersionConflict:
-            return self._after_lost_race(ws, attempt, events, run, run_id, step, policy)
-        return self._landed(ws, attempt, result)
+        return self._land(ws, attempt, events, run, run_id, step, policy)
 
     async def acommit(
         self,
@@ -444,19 +440,12 @@ class StateStore:
     ) -> Committed:
         """`commit` from a shared event loop. The commit is built here, on the loop: it is
         CPU only, and built in a worker thread it would wait for the loop's thread to hand
-        over the interpreter lock. Only the write leaves the loop (`BaseDb.acommit`); a
-        lost race or a replayed commit, which read the database, finishes in its thread."""
+        over the interpreter lock. Only its landing leaves the loop: the write, with
+        whatever a lost race or a replayed commit reads, and the working state brought up
+        to what landed, in one call that runs to its end even if our caller is cancelled
+        meanwhile (a write that landed unrecorded would be rebased onto itself later)."""
         attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        db = self.db
-        try:
-            result = await db.acommit(attempt.commit)
-        except VersionConflict:
-            return await db.run_io(
-                self._after_lost_race, ws, attempt, events, run, run_id, step, policy
-            )
-        if result.replayed:
-            return await db.run_io(self._landed, ws, attempt, result)
-        return self._landed(ws, attempt, result)
+        return await self.db.run_io(self._land, ws, attempt, events, run, run_id, step, policy)
 
     def _first_attempt(
         self,
@@ -482,6 +471,23 @@ class StateStore:
         segments = ws.take_segments(source)
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
         return _Attempt(commit_id, segments, undo, commit, changes)
+
+    def _land(
+        self,
+        ws: WorkingState,
+        attempt: _Attempt,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        policy: CommitPolicy | None,
+    ) -> Committed:
+        """Write `attempt`, rebasing it if it lost a race, and record what landed."""
+        try:
+            result = self.db.commit(attempt.commit)
+        except VersionConflict:
+            return self._after_lost_race(ws, attempt, events, run, run_id, step, policy)
+        return self._landed(ws, attempt, result)
 
     def _after_lost_race(
         self,

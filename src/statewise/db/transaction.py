@@ -203,7 +203,7 @@ class Transaction(TransactionCore):
 class AsyncTransaction(TransactionCore):
     """A session transaction for async callers: I/O goes through the database's async
     policy (inline on a sync call's private loop, off the loop's thread on a shared one;
-    a commit is built on the loop and only its write leaves it)."""
+    a commit is built on the loop and only its landing leaves it)."""
 
     async def commit(
         self,

@@ -115,6 +115,47 @@ def test_a_read_goes_through_every_dropped_pooled_connection_that_still_looks_al
         assert db.get_session("s1") is not None
 
 
+def test_a_rebased_commit_goes_through_every_dropped_pooled_connection_to_a_new_one(
+    pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit that lost a race takes the session's lock on a pooled connection; if the
+    server dropped every connection just then (and none looks dead yet), it goes on to a
+    new one and lands once."""
+    import statewise.db.postgres as postgres
+    from statewise.db.store import SessionSpec, StateStore
+
+    spec = SessionSpec(session_id="s1")
+    with _db(pg_url, schema, pool_size=3) as db, _db(pg_url, schema) as other:
+        store = StateStore(db)
+        with store.begin(spec) as txn:
+            txn.state["items"] = []
+            txn.commit(source="start")
+        with db._connection(), db._connection(), db._connection():
+            pass  # the pool holds three idle connections
+        locked = db.commit_rebased
+        dropped: list[int] = []
+
+        def drop_every_connection_then_commit(*args):  # type: ignore[no-untyped-def]
+            pids = [c.info.backend_pid for c in db._pool._pool]
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                for pid in pids:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            dropped.extend(pids)
+            return locked(*args)
+
+        db.commit_rebased = drop_every_connection_then_commit
+        monkeypatch.setattr(postgres, "_is_dead", lambda conn: False)  # none looks dead
+        with store.begin(spec) as txn:
+            txn.state["items"].append("mine")
+            with StateStore(other).begin(spec) as theirs:  # lands first: ours loses once
+                theirs.state["items"].append("theirs")
+                theirs.commit(source="other")
+            txn.commit(source="mine")
+        assert len(dropped) >= 2
+        with StateStore(other).begin(spec) as check:
+            assert check.state["items"] == ["theirs", "mine"]
+
+
 def test_reconnects_after_the_server_drops_every_connection(pg_url: str, schema: str) -> None:
     with _db(pg_url, schema, pool_size=3) as db:
         write(db, "s1", setop("a", 1))

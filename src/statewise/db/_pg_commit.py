@@ -140,7 +140,10 @@ def run_locked_commit(
     if db.pool_size < 2:
         return BaseDb.commit_rebased(db, session_id, bases, build)
     s = db._s
-    for attempt in (1, 2):
+    # Until it builds, nothing is sent that could land: keep going past every pooled
+    # connection that died with the same fault, up to a fresh one.
+    attempts = db.pool_size + 1
+    for attempt in range(1, attempts + 1):
         commit: Commit | None = None
         building = False
         with db._connection() as conn:
@@ -175,7 +178,7 @@ def run_locked_commit(
                     # The connection died with the commit sent (or its COMMIT): it landed
                     # whole or not at all, and its commit id tells which when sent again.
                     return run_commit(db, commit)
-                if building or attempt == 2 or not (conn.broken or conn.closed):
+                if building or attempt == attempts or not (conn.broken or conn.closed):
                     if isinstance(exc, psycopg.OperationalError):
                         raise db._unavailable(exc) from exc
                     raise StorageError(

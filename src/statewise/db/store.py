@@ -425,7 +425,7 @@ class StateStore:
         needs (`PendingCommit`) is made only when a race was lost.
         """
         attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        return self._land(ws, attempt, events, run, run_id, step, policy)
+        return self._land(ws, attempt, policy)
 
     async def acommit(
         self,
@@ -445,7 +445,7 @@ class StateStore:
         to what landed, in one call that runs to its end even if our caller is cancelled
         meanwhile (a write that landed unrecorded would be rebased onto itself later)."""
         attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        return await self.db.run_io(self._land, ws, attempt, events, run, run_id, step, policy)
+        return await self.db.run_io(self._land, ws, attempt, policy)
 
     def _first_attempt(
         self,
@@ -470,42 +470,33 @@ class StateStore:
         undo = recorder.undoer()
         segments = ws.take_segments(source)
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
-        return _Attempt(commit_id, segments, undo, commit, changes)
+        return _Attempt(commit_id, segments, undo, events, commit, changes)
 
-    def _land(
-        self,
-        ws: WorkingState,
-        attempt: _Attempt,
-        events: Sequence[NewEvent],
-        run: RunRecord | None,
-        run_id: str | None,
-        step: int | None,
-        policy: CommitPolicy | None,
-    ) -> Committed:
+    def _land(self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None) -> Committed:
         """Write `attempt`, rebasing it if it lost a race, and record what landed."""
         try:
             result = self.db.commit(attempt.commit)
         except VersionConflict:
-            return self._after_lost_race(ws, attempt, events, run, run_id, step, policy)
+            return self._after_lost_race(ws, attempt, policy)
         return self._landed(ws, attempt, result)
 
     def _after_lost_race(
-        self,
-        ws: WorkingState,
-        attempt: _Attempt,
-        events: Sequence[NewEvent],
-        run: RunRecord | None,
-        run_id: str | None,
-        step: int | None,
-        policy: CommitPolicy | None,
+        self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None
     ) -> Committed:
         pending = PendingCommit(
             segments=attempt.segments, commit_id=attempt.commit_id, undo=attempt.undo
         )
+        first = attempt.commit  # (the run and step it names stay the same when rebased)
         commit, changes, result = self._commit_rebased(
-            ws, pending, events, run, run_id, step, policy or CommitPolicy()
+            ws,
+            pending,
+            attempt.events,
+            first.run,
+            first.run_id,
+            first.step,
+            policy or CommitPolicy(),
         )
-        rebased = _Attempt(attempt.commit_id, attempt.segments, attempt.undo, commit, changes)
+        rebased = replace(attempt, commit=commit, changes=changes)
         return self._landed(ws, rebased, result, pending.conflicts)
 
     def _landed(
@@ -828,6 +819,7 @@ class _Attempt:
     commit_id: str
     segments: list[tuple[str, list[Op]]]
     undo: Callable[[], None]
+    events: Sequence[NewEvent]  # the caller's (the commit adds its state deltas to them)
     commit: Commit
     changes: list[dict[str, Any]]
 

@@ -140,9 +140,8 @@ def run_locked_commit(
     if db.pool_size < 2:
         return BaseDb.commit_rebased(db, session_id, bases, build)
     s = db._s
-    # Until it builds, nothing is sent that could land: keep going past every pooled
-    # connection that died with the same fault, up to a fresh one.
-    attempts = db.pool_size + 1
+    # Until it builds, nothing is sent that could land: it may start over.
+    attempts = db.attempts_after_drops
     for attempt in range(1, attempts + 1):
         commit: Commit | None = None
         building = False

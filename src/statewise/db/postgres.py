@@ -256,14 +256,18 @@ class PostgresDb(BaseDb):
             f"{self.pool_timeout:g} s: the server is unreachable or refusing connections"
         )
 
-    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run an idempotent read; on a dropped connection, again on another one.
+    @property
+    def attempts_after_drops(self) -> int:
+        """How many connections a call that may safely start over tries while each one
+        turns out dropped. When the server drops every connection (a restart, an
+        administrator), the pooled ones may still look alive for a moment after the first
+        one failed; each failed one is replaced, so: every pooled one, then a new one."""
+        return self.pool_size + 1
 
-        When the server drops every connection (a restart, an administrator), the pooled
-        ones may still look alive for a moment after the first one failed: each failed one
-        is replaced, so the read goes on until a connection answers, at most once per
-        pooled connection plus a new one."""
-        attempts = self.pool_size + 1
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run an idempotent read; on a dropped connection, again on another one (see
+        `attempts_after_drops`)."""
+        attempts = self.attempts_after_drops
         for attempt in range(1, attempts + 1):
             with self._connection() as conn:
                 try:

@@ -16,7 +16,8 @@ answer is split over packets counts once (`round_trips`).
 `on_fault` (optional) runs inside the proxy when the fault fires, before the connection
 is cut: e.g. another writer's commit, so a retry follows it. `fired` counts the faults
 that fired. `drop_all()` cuts every open connection at once (a commit blocked behind
-another writer loses its client).
+another writer loses its client); `server_gone()` does that and cuts every new one as it
+connects, as a server that went away would.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class TcpProxy:
         self._match = b""
         self._lock = threading.Lock()
         self._open: list[_Connection] = []
+        self._gone = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def arm(
@@ -74,6 +76,9 @@ class TcpProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if self._gone:
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target)
             except OSError:
@@ -142,6 +147,10 @@ class TcpProxy:
             conns, self._open = self._open, []
         for conn in conns:
             _shut(conn)
+
+    def server_gone(self) -> None:
+        self._gone = True
+        self.drop_all()
 
     def close(self) -> None:
         self.listener.close()

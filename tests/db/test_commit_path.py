@@ -73,10 +73,10 @@ def test_a_run_on_a_shared_loop_commits_through_the_databases_async_policy() -> 
     agent = Agent(model=FunctionModel(_script), tools=[_add], db=db)
     out = asyncio.run(agent.arun("go", session_id="s"))
     assert out.content == "done"
-    # run start, the tool step, run end: each built on the loop, landed through the policy
-    assert through.count("_land") == 3
+    # run start, the tool step, run end: each built on the loop, written through the policy
+    assert through.count("commit") == 3
     # On a sync call's own loop every database runs inline: no detour through it.
     through.clear()
     assert agent.run("go", session_id="s").content == "done"
-    assert through.count("_land") == 0
+    assert through.count("commit") == 0
     assert [item for item in db.read_runs("s")[-1].messages if item["role"] == "tool"]

@@ -6,6 +6,7 @@ at all if it reported failure (a failure is reported only when the commit did no
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 import time
@@ -31,6 +32,21 @@ def _append(db: BaseDb, item: str) -> None:
         store.release(ws, keep=False)
 
 
+def _append_on_a_loop(db: BaseDb, item: str) -> None:
+    """`_append` as a server's run commits: on a shared event loop, through the
+    database's async commit."""
+
+    async def append() -> None:
+        txn = await StateStore(db).abegin(SPEC)
+        try:
+            txn.state.setdefault("items", []).append(item)
+            await txn.commit(source=f"item:{item}")
+        finally:
+            txn.close(keep=False)
+
+    asyncio.run(append())
+
+
 def _items(db: BaseDb) -> list[str]:
     store = StateStore(db)
     ws = store.checkout(SPEC)
@@ -40,11 +56,17 @@ def _items(db: BaseDb) -> list[str]:
         store.release(ws, keep=False)
 
 
-def _round(faulty: BaseDb, direct: BaseDb, item: str, arm: Callable[[], None]) -> tuple[bool, int]:
+def _round(
+    faulty: BaseDb,
+    direct: BaseDb,
+    item: str,
+    arm: Callable[[], None],
+    append: Callable[[BaseDb, str], None] = _append,
+) -> tuple[bool, int]:
     """(did the commit report success, how many times the item is stored)."""
     arm()
     try:
-        _append(faulty, item)
+        append(faulty, item)
         ok = True
     except Exception:
         ok = False
@@ -286,12 +308,15 @@ def test_redis_client_retry_after_another_writers_commit_does_not_duplicate(
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("on_loop", [False, True], ids=["sync", "event-loop"])
 @pytest.mark.parametrize("fault", ["before_request", "after_request", "after_reply"])
 def test_redis_url_client_commit_through_a_dropped_connection_lands_exactly_once(
-    rprefix: tuple[str, str], fault: Fault
+    rprefix: tuple[str, str], fault: Fault, on_loop: bool
 ) -> None:
-    """The client built from a URL: a commit that landed is never reported as failed."""
+    """The client built from a URL (and its redis.asyncio twin, which a server's runs
+    commit through): a commit that landed is never reported as failed."""
     url, prefix = rprefix
+    append = _append_on_a_loop if on_loop else _append
     proxy = TcpProxy(url)
     faulty = _redis(proxy.url, prefix)
     direct, other = _redis(url, prefix), _redis(url, prefix)
@@ -303,10 +328,12 @@ def test_redis_url_client_commit_through_a_dropped_connection_lands_exactly_once
                 direct,
                 f"x{i}",
                 lambda i=i: proxy.arm(fault, lambda: _append(other, f"other{i}"), f"x{i}".encode()),  # type: ignore[misc]
+                append,
             )
             for i in range(5)
         ]
-        _check(outcomes, f"Redis URL client, drop {fault}")
+        assert proxy.fired == 5
+        _check(outcomes, f"Redis URL client{' on a loop' if on_loop else ''}, drop {fault}")
     finally:
         for db in (faulty, direct, other):
             db.close()

@@ -1,7 +1,9 @@
-"""RedisDb's reads on the event loop: one `redis.asyncio` client per event loop.
+"""RedisDb on the event loop: one `redis.asyncio` client per event loop.
 
-A server's state GET reads through it (`RedisDb.aread_scopes`) instead of hopping to a
-worker thread, so the read never queues behind runs' work for a thread. A client's
+A server's state GET reads through it (`RedisDb.aread_scopes`), and its runs commit
+through it (`RedisDb.acommit`), instead of hopping to a worker thread: the read never
+queues behind runs' work for a thread, and a commit, one round trip, costs no thread
+handoff (a hop and the wait for the loop's interpreter lock cost more than it). A client's
 connections belong to the loop that opened them, so each loop gets its own client, and
 the loop closes it as it shuts down: the client is held by an async generator of that loop
 (`_held`), which asyncio (and uvloop) close when the loop ends (`shutdown_asyncgens`,

@@ -115,8 +115,9 @@ class RedisDb(BaseDb):
         self.client: Any = client or redis.Redis.from_url(
             url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), 3), **options
         )
-        # The reads a server makes on its event loop (`aread_scopes`), with the same
-        # options, through redis.asyncio; a client given by the caller is used from threads.
+        # The state reads and commits a server makes on its event loop (`aread_scopes`,
+        # `acommit`), with the same options, through redis.asyncio; a client given by the
+        # caller is used from threads.
         self._loop_clients = LoopClients(
             lambda: redis.asyncio.Redis.from_url(
                 url, retry=AsyncRetry(ExponentialBackoff(cap=0.5, base=0.01), 3), **options
@@ -202,13 +203,20 @@ class RedisDb(BaseDb):
         if on_private_loop() or not self._own_client:
             return await super().aread_scopes(session_id, keys, held)
         names, args = self._read_args(session_id, keys, held)
-        with self._errors("read"):
+        reply = await self._on_loop("read", self._read_script, names, args)
+        return self._scopes_read(session_id, keys, reply)
+
+    async def _on_loop(
+        self, what: str, script: Any, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a registered script through this loop's redis.asyncio client (sending its
+        text if the server lost it, as redis-py's `Script` does)."""
+        with self._errors(what):
             client = await self._loop_clients.client()
             try:
-                reply = await client.evalsha(self._read_script.sha, len(names), *names, *args)
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
-                reply = await client.eval(lua.READ, len(names), *names, *args)
-        return self._scopes_read(session_id, keys, reply)
+                return await client.eval(script.script, len(keys), *keys, *args)
 
     def _load_names(self, key: ScopeKey) -> tuple[str, str, str]:
         return self.keys.scope(key), self.keys.dseg(key), self.keys.snap(key)
@@ -325,6 +333,21 @@ class RedisDb(BaseDb):
         now = time.time()
         keys, args = self._commit_args(commit, now)
         reply = self._call("commit", self._commit_script, keys=keys, args=args)
+        return self._commit_result(commit, reply, now)
+
+    async def acommit(self, commit: Commit) -> CommitResult:
+        """The same script through redis.asyncio, on the running loop: a commit is one
+        round trip, and a worker thread would cost more than it (the hop, and the wait for
+        the loop's interpreter lock). A dropped connection is retried as `commit`'s is."""
+        if on_private_loop() or not self._own_client:
+            return await super().acommit(commit)
+        now = time.time()
+        keys, args = self._commit_args(commit, now)
+        reply = await self._on_loop("commit", self._commit_script, keys, args)
+        return self._commit_result(commit, reply, now)
+
+    def _commit_result(self, commit: Commit, reply: Any, now: float) -> CommitResult:
+        """What the COMMIT script's reply says: landed, replayed, or a lost race."""
         if reply[0] == 2:
             return decode_commit_result(commit, dec(reply[1]) or "", now)
         if reply[0] == 0:

@@ -18,6 +18,7 @@ encoded for storage and decoded from it), `cache` (checked-in trees) and `workin
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import random
@@ -440,12 +441,30 @@ class StateStore:
     ) -> Committed:
         """`commit` from a shared event loop. The commit is built here, on the loop: it is
         CPU only, and built in a worker thread it would wait for the loop's thread to hand
-        over the interpreter lock. Only its landing leaves the loop: the write, with
-        whatever a lost race or a replayed commit reads, and the working state brought up
-        to what landed, in one call that runs to its end even if our caller is cancelled
-        meanwhile (a write that landed unrecorded would be rebased onto itself later)."""
+        over the interpreter lock. The write goes through the database's async commit (a
+        worker thread, or the async driver on this loop), and what a lost race or a
+        replayed commit reads goes to a worker thread.
+
+        The landing runs to its end even if our caller is cancelled meanwhile: a write
+        that landed but was not recorded in the working state would be rebased onto
+        itself by the transaction's next commit, applying it twice."""
         attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        return await self.db.run_io(self._land, ws, attempt, policy)
+        landing = asyncio.ensure_future(self._aland(ws, attempt, policy))
+        landing.add_done_callback(_retrieve)  # (an outcome nobody awaits any more)
+        return await asyncio.shield(landing)
+
+    async def _aland(
+        self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None
+    ) -> Committed:
+        """`_land` for `acommit`: the common case (the write lands at the first try) is
+        recorded on the loop; a lost race and a replay read, so they leave it."""
+        try:
+            result = await self.db.acommit(attempt.commit)
+        except VersionConflict:
+            return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
+        if result.replayed:
+            return await self.db.run_io(self._landed, ws, attempt, result)
+        return self._landed(ws, attempt, result)
 
     def _first_attempt(
         self,
@@ -810,6 +829,13 @@ class StateLoader:
         """The state if the session's cached tree is still at `versions` (no read); else
         None."""
         return self.store.cache.plain_if_current(self.spec.session_id, self.versions)
+
+
+def _retrieve(landing: asyncio.Future[Any]) -> None:
+    """Mark a landing's error as seen: once its caller was cancelled nobody awaits it,
+    and asyncio would log the error as never retrieved."""
+    if not landing.cancelled():
+        landing.exception()
 
 
 @dataclass(slots=True)

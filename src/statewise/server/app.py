@@ -17,6 +17,7 @@ from statewise.server._auth import KeyRing, KeySpec
 from statewise.server._docs import install_docs
 from statewise.server._errors import install_error_handlers
 from statewise.server._fleet import router as fleet_router
+from statewise.server._lifespan import lifespan
 from statewise.server._middleware import (
     DEFAULT_MAX_BODY_BYTES,
     BodyLimitMiddleware,
@@ -75,6 +76,7 @@ def create_app(
         redoc_url=None,
         # operationIds a generated client turns into function names: the route's name.
         generate_unique_id_function=lambda route: route.name,
+        lifespan=lifespan,
     )
     app.state.statewise_registry = registry
     app.state.statewise_keys = keys

@@ -202,8 +202,9 @@ class Transaction(TransactionCore):
 
 class AsyncTransaction(TransactionCore):
     """A session transaction for async callers: I/O goes through the database's async
-    policy (inline on a sync call's private loop, off the loop's thread on a shared one;
-    a commit is built on the loop and only its landing leaves it)."""
+    policy (inline on a sync call's private loop; on a shared one, a worker thread or the
+    database's async driver). A commit is built on the loop and written through the
+    database's async commit."""
 
     async def commit(
         self,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from statewise.db.records import Commit, DeltaSegment, NewEvent, ScopeKey, ScopeWrite
+from statewise.db.store import SessionSpec, StateStore
 from statewise.db.testing.cases import setop, write
+from statewise.db.threads import BLOCKING_THREADS, run_blocking
 from statewise.exceptions import DatabaseUnavailableError
 from tests.db._proxy import TcpProxy
 
@@ -196,12 +200,6 @@ def test_a_commit_on_the_event_loop_is_one_round_trip_and_waits_for_no_worker_th
 ) -> None:
     """A server's commits go through redis.asyncio on its loop: with every worker thread
     busy (slow sync work elsewhere in the server), a run's commit still lands at once."""
-    import asyncio
-    import threading
-
-    from statewise.db.store import SessionSpec, StateStore
-    from statewise.db.threads import BLOCKING_THREADS, run_blocking
-
     proxy = TcpProxy(redis_url)
     released = threading.Event()
     try:
@@ -240,10 +238,6 @@ def test_a_commit_on_the_event_loop_is_one_round_trip_and_waits_for_no_worker_th
 
 
 def test_a_commit_on_the_loop_that_loses_a_race_is_rebased(redis_url: str, prefix: str) -> None:
-    import asyncio
-
-    from statewise.db.store import SessionSpec, StateStore
-
     with _db(redis_url, prefix) as db:
         store = StateStore(db)
         spec = SessionSpec(session_id="s1")
@@ -271,10 +265,6 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
     """The script may run after its caller is cancelled: what landed is still recorded in
     the working state, or the transaction's next commit would rebase onto its own write
     and apply it twice."""
-    import asyncio
-
-    from statewise.db.store import SessionSpec, StateStore
-
     proxy = TcpProxy(redis_url)
     try:
         with _db(proxy.url, prefix) as db:
@@ -311,10 +301,6 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
 def test_a_commit_on_the_loop_with_redis_gone_fails_clearly_and_writes_nothing(
     redis_url: str, prefix: str
 ) -> None:
-    import asyncio
-
-    from statewise.db.store import SessionSpec, StateStore
-
     proxy = TcpProxy(redis_url)
     try:
         with _db(proxy.url, prefix) as db, _db(redis_url, prefix) as direct:

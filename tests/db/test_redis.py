@@ -140,9 +140,6 @@ def test_url_resolution(redis_url: str) -> None:
 def test_a_read_on_the_event_loop_is_one_round_trip_and_its_loop_closes_its_client(
     redis_url: str, prefix: str
 ) -> None:
-    import asyncio
-    import threading
-
     proxy = TcpProxy(redis_url)
     keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1"), ScopeKey("app", "app")]
     try:
@@ -182,8 +179,6 @@ def test_a_read_on_the_event_loop_is_one_round_trip_and_its_loop_closes_its_clie
 
 
 def test_a_read_of_no_scopes_reads_the_session_alone(redis_url: str, prefix: str) -> None:
-    import asyncio
-
     with _db(redis_url, prefix) as db:
         write(db, "s1", setop("a", 1))
         for sid, record in (("s1", db.get_session("s1")), ("nope", None)):

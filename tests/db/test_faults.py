@@ -102,11 +102,15 @@ def _pg(url: str, schema: str) -> BaseDb:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("on_loop", [False, True], ids=["sync", "event-loop"])
 @pytest.mark.parametrize("fault", ["before_request", "after_request", "after_reply"])
 def test_postgres_commit_through_a_dropped_connection_lands_exactly_once(
-    pg: tuple[str, str], fault: Fault
+    pg: tuple[str, str], fault: Fault, on_loop: bool
 ) -> None:
+    """Through a worker thread's pooled connection, and through the event loop's own
+    connections (a server's runs)."""
     url, schema = pg
+    append = _append_on_a_loop if on_loop else _append
     direct = _pg(url, schema)
     proxy = TcpProxy(url)
     faulty = _pg(proxy.url, schema)
@@ -124,10 +128,11 @@ def test_postgres_commit_through_a_dropped_connection_lands_exactly_once(
                     lambda i=i: proxy.arm(
                         fault, lambda: _append(other, f"other{i}"), f"x{i}".encode()
                     ),  # type: ignore[misc]
+                    append,
                 )
             )
         assert (proxy.fired, proxy.hook_errors) == (5, [])
-        _check(outcomes, f"PostgreSQL, drop {fault}")
+        _check(outcomes, f"PostgreSQL{' on a loop' if on_loop else ''}, drop {fault}")
     finally:
         for db in (faulty, direct, other):
             db.close()

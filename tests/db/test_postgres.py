@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +18,9 @@ from statewise.db.records import (
     ScopeWrite,
     SessionRecord,
 )
+from statewise.db.store import SessionSpec, StateStore
 from statewise.db.testing.cases import setop, write
+from statewise.db.threads import BLOCKING_THREADS, run_blocking
 from statewise.exceptions import DatabaseUnavailableError, SchemaVersionError
 from tests.db._proxy import TcpProxy
 
@@ -372,11 +376,11 @@ def test_a_read_on_the_event_loop_is_one_round_trip_on_a_connection_of_the_loop(
             first = asyncio.run(reads())
             assert first[1:] == [1, 1]
             # A new loop gets a connection of its own; the closed loop's is closed then.
-            old = list(db._loop_connections._by_loop.values())
-            assert len(old) == 1
+            old = list(db._loop_reads._by_loop.values())
+            assert len(old) == 1 and len(old[0].opened) == 1
             assert asyncio.run(reads())[1:] == [1, 1]
-            assert old[0][1].closed and len(db._loop_connections._by_loop) == 1
-            held_conn = next(iter(db._loop_connections._by_loop.values()))[1]
+            assert old[0].opened[0].closed and len(db._loop_reads._by_loop) == 1
+            held_conn = next(iter(db._loop_reads._by_loop.values())).opened[0]
         assert held_conn.closed  # closing the database closes them all
     finally:
         proxy.close()
@@ -393,7 +397,7 @@ def test_a_read_on_the_event_loop_reconnects_after_the_server_drops_it(
 
         async def main() -> None:
             await db.aread_scopes("s1", keys, {})
-            conn = next(iter(db._loop_connections._by_loop.values()))[1]
+            conn = next(iter(db._loop_reads._by_loop.values())).opened[0]
             with psycopg.connect(pg_url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
             record, _, loaded = await db.aread_scopes("s1", keys, {})
@@ -432,3 +436,168 @@ def test_connections_stay_usable_in_a_process_with_over_1024_files_open(
     finally:
         for fd in held:
             os.close(fd)
+
+
+# ---- commits on the event loop -----------------------------------------------------------
+
+
+def test_a_commit_on_the_event_loop_is_one_round_trip_and_waits_for_no_worker_thread(
+    pg_url: str, schema: str
+) -> None:
+    """A server's commits go through the loop's own connections: with every worker thread
+    busy (slow sync work elsewhere in the server), a run's commit still lands at once."""
+    proxy = TcpProxy(pg_url)
+    released = threading.Event()
+    try:
+        with _db(proxy.url, schema) as db:
+            store = StateStore(db)
+            spec = SessionSpec(session_id="s1", user_id="u1", app_name="app")
+
+            async def main() -> list[int]:
+                txn = await store.abegin(spec)
+                txn.state["items"] = ["a"]
+                await txn.commit(source="first")  # (opens this loop's connection)
+                busy = [
+                    asyncio.ensure_future(run_blocking(released.wait))
+                    for _ in range(BLOCKING_THREADS)
+                ]
+                await asyncio.sleep(0.05)
+                trips = []
+                try:
+                    for item in ("b", "c"):
+                        txn.state["items"].append(item)
+                        before = proxy.round_trips
+                        await asyncio.wait_for(txn.commit(source=item), 5)
+                        trips.append(proxy.round_trips - before)
+                finally:
+                    released.set()
+                    await asyncio.gather(*busy)
+                    txn.close()
+                return trips
+
+            assert asyncio.run(main()) == [1, 1]
+            assert store.read_state(spec)[0] == {"items": ["a", "b", "c"]}
+            assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
+    finally:
+        released.set()
+        proxy.close()
+
+
+def test_commits_on_the_loop_use_at_most_pool_size_connections_of_it(
+    pg_url: str, schema: str
+) -> None:
+    with _db(pg_url, schema, pool_size=2) as db:
+        store = StateStore(db)
+
+        async def main() -> int:
+            async def run(n: int) -> None:
+                txn = await store.abegin(SessionSpec(session_id=f"s{n}"))
+                for i in range(3):
+                    txn.state.setdefault("items", []).append(i)
+                    await txn.commit(source=str(i))
+                txn.close()
+
+            await asyncio.gather(*(run(n) for n in range(16)))
+            (loop_set,) = db._loop_commits._by_loop.values()
+            return len(loop_set.opened)
+
+        assert asyncio.run(main()) <= 2
+        for n in range(16):
+            assert store.read_state(SessionSpec(session_id=f"s{n}"))[0] == {"items": [0, 1, 2]}
+
+
+def test_a_commit_on_the_loop_that_loses_a_race_is_rebased(pg_url: str, schema: str) -> None:
+    with _db(pg_url, schema) as db:
+        store = StateStore(db)
+        spec = SessionSpec(session_id="s1")
+
+        async def main() -> None:
+            first = await store.abegin(spec)
+            first.state["items"] = []
+            await first.commit(source="start")
+            second = await StateStore(db).abegin(spec)  # a second process's view
+            first.state["items"].append("a")
+            second.state["items"].append("b")
+            await first.commit(source="a")
+            changed = await second.commit(source="b")  # lost to `first`: rebased
+            assert changed.conflicts == []
+            first.close()
+            second.close()
+
+        asyncio.run(main())
+        assert store.read_state(spec)[0] == {"items": ["a", "b"]}
+
+
+def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
+    pg_url: str, schema: str
+) -> None:
+    """The commit may land after its caller is cancelled: what landed is still recorded in
+    the working state, or the transaction's next commit would rebase onto its own write
+    and apply it twice."""
+    with _db(pg_url, schema) as db:
+        store = StateStore(db)
+        spec = SessionSpec(session_id="s1")
+
+        async def main() -> None:
+            txn = await store.abegin(spec)
+            txn.state["items"] = []
+            await txn.commit(source="start")
+            txn.state["items"].append("a")
+            with psycopg.connect(pg_url) as locker:  # holds the session row: ours waits
+                locker.execute(
+                    f'SELECT 1 FROM "{schema}".sessions WHERE session_id = %s FOR UPDATE',
+                    ("s1",),
+                )
+                first = asyncio.ensure_future(txn.commit(source="a"))
+                await asyncio.to_thread(_wait_blocked, pg_url, schema)
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                locker.rollback()  # lets the cancelled commit land
+            await asyncio.sleep(0.3)
+            txn.state["items"].append("b")
+            await txn.commit(source="b")
+            txn.close()
+
+        asyncio.run(main())
+        assert store.read_state(spec)[0] == {"items": ["a", "b"]}
+
+
+def test_a_commit_on_the_loop_with_the_server_gone_fails_clearly_and_writes_nothing(
+    pg_url: str, schema: str
+) -> None:
+    proxy = TcpProxy(pg_url)
+    try:
+        with _db(proxy.url, schema) as db, _db(pg_url, schema) as direct:
+            spec = SessionSpec(session_id="s1")
+
+            async def main() -> None:
+                txn = await StateStore(db).abegin(spec)
+                txn.state["items"] = ["a"]
+                await txn.commit(source="start")
+                proxy.server_gone()
+                txn.state["items"].append("b")
+                with pytest.raises(DatabaseUnavailableError, match="PostgreSQL at"):
+                    await txn.commit(source="b")
+                txn.close(keep=False)
+
+            asyncio.run(main())
+            assert StateStore(direct).read_state(spec)[0] == {"items": ["a"]}
+    finally:
+        proxy.close()
+
+
+def _wait_blocked(url: str, schema: str) -> None:
+    """Until a statement on `schema` waits for a lock."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s",
+                (f'%"{schema}".statewise_commit%',),
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the commit never blocked behind the lock")

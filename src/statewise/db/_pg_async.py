@@ -1,11 +1,19 @@
-"""PostgresDb's reads on the event loop: one psycopg `AsyncConnection` per event loop.
+"""PostgresDb on the event loop: psycopg `AsyncConnection`s of each event loop.
 
-A server's state GET reads through it (`PostgresDb.aread_scopes`) instead of hopping to a
-worker thread: the read never queues behind runs' work for a thread, nor for a pooled
-connection a commit holds. A connection belongs to the loop that opened it (psycopg's async
-I/O waits on that loop), so each loop gets its own; one of a loop that has closed is closed
-at the next read from another loop, and all are closed by `close` (psycopg closes a
-connection without awaiting anything, so that needs no loop).
+A server's state GET reads through them (`PostgresDb.aread_scopes`) and its runs commit
+through them (`PostgresDb.acommit`) instead of hopping to a worker thread: the read never
+queues behind runs' work for a thread, and a commit, one round trip, costs no thread
+handoff (a hop and the thread's wait for the loop's interpreter lock cost more than it).
+Reads and commits use a `LoopConnections` each, so a read never waits for a connection a
+commit holds.
+
+A connection belongs to the loop that opened it (psycopg's async I/O waits on that loop),
+so each loop has its own: up to `size` at once, idle ones reused. (psycopg_pool's
+`AsyncConnectionPool` runs tasks of its own on one loop and must be closed on it; these
+connections need neither, so a loop that ends without a word leaves nothing running.) The
+connections of a loop that has closed are closed at the next use from another loop, and all
+are closed by `close` (psycopg closes a connection without awaiting anything, so that
+needs no loop).
 """
 
 from __future__ import annotations
@@ -13,80 +21,120 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 T = TypeVar("T")
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
+@dataclass
+class _LoopSet:
+    """One loop's connections."""
+
+    loop: weakref.ref[asyncio.AbstractEventLoop]
+    slots: asyncio.Semaphore
+    idle: list[_Conn] = field(default_factory=list)
+    opened: list[_Conn] = field(default_factory=list)
+
+
 class LoopConnections:
-    def __init__(self, url: str, connect_timeout: float) -> None:
+    def __init__(self, url: str, connect_timeout: float, size: int) -> None:
         self._url = url
         self._connect_timeout = max(1, round(connect_timeout))
+        self._size = size
         self._lock = threading.Lock()
-        self._by_loop: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], _Conn]] = {}
+        self._by_loop: dict[int, _LoopSet] = {}
         self._closed = False
 
     async def read(self, fn: Callable[[_Conn], Awaitable[T]]) -> T:
-        """Run an idempotent read on this loop's connection; on a dropped connection,
-        once more on a fresh one (raises psycopg's OperationalError otherwise)."""
+        """Run an idempotent read on one of this loop's connections; on a dropped
+        connection, once more on a fresh one (raises psycopg's OperationalError otherwise)."""
         for attempt in (1, 2):
-            conn = await self._connection()
-            try:
-                return await fn(conn)
-            except psycopg.OperationalError:
-                if attempt == 2 or not (conn.broken or conn.closed):
-                    raise
-                self._forget(conn)
+            async with self.connection() as conn:
+                try:
+                    return await fn(conn)
+                except psycopg.OperationalError:
+                    if attempt == 2 or not (conn.broken or conn.closed):
+                        raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _connection(self) -> _Conn:
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[_Conn]:
+        """One of this loop's connections, for this block alone: an idle one, or a new one
+        while fewer than `size` are open. One left mid-statement (an error, a cancelled
+        caller) or dropped is closed instead of kept."""
+        loop_set = self._loop_set()
+        async with loop_set.slots:
+            conn = loop_set.idle.pop() if loop_set.idle else await self._open(loop_set)
+            try:
+                yield conn
+            finally:
+                if (
+                    conn.closed
+                    or conn.broken
+                    or conn.info.transaction_status != TransactionStatus.IDLE
+                ):
+                    self._forget(loop_set, conn)
+                elif self._closed:
+                    _close_now(conn)
+                else:
+                    loop_set.idle.append(conn)
+
+    def _loop_set(self) -> _LoopSet:
         loop = asyncio.get_running_loop()
         with self._lock:
-            entry = self._by_loop.get(id(loop))
-        if entry is not None and entry[0]() is loop and not entry[1].closed:
-            return entry[1]
-        self._close_orphans()
+            if self._closed:
+                raise psycopg.OperationalError("the database was closed")
+            found = self._by_loop.get(id(loop))
+            if found is not None and found.loop() is loop:
+                return found
+            orphans = self._take_orphans()
+            found = self._by_loop[id(loop)] = _LoopSet(
+                weakref.ref(loop), asyncio.Semaphore(self._size)
+            )
+        for conn in orphans:
+            _close_now(conn)
+        return found
+
+    async def _open(self, loop_set: _LoopSet) -> _Conn:
         conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, connect_timeout=self._connect_timeout
         )
         with self._lock:
-            entry = self._by_loop.get(id(loop))
-            ours = entry is not None and entry[0]() is loop and not entry[1].closed
-            if not ours and not self._closed:
-                self._by_loop[id(loop)] = (weakref.ref(loop), conn)
-                return conn
-        _close_now(conn)  # closed meanwhile, or another read of this loop connected first
-        if entry is None or not ours:
+            closed = self._closed
+            if not closed:
+                loop_set.opened.append(conn)
+        if closed:
+            _close_now(conn)
             raise psycopg.OperationalError("the database was closed")
-        return entry[1]
+        return conn
 
-    def _forget(self, conn: _Conn) -> None:
+    def _forget(self, loop_set: _LoopSet, conn: _Conn) -> None:
         with self._lock:
-            for key, (_, held) in list(self._by_loop.items()):
-                if held is conn:
-                    del self._by_loop[key]
+            if conn in loop_set.opened:
+                loop_set.opened.remove(conn)
         _close_now(conn)
 
-    def _close_orphans(self) -> None:
-        """Close the connections of loops that are closed or gone."""
-        with self._lock:
-            orphans = []
-            for key, (ref, conn) in list(self._by_loop.items()):
-                loop = ref()
-                if loop is None or loop.is_closed():
-                    del self._by_loop[key]
-                    orphans.append(conn)
-        for conn in orphans:
-            _close_now(conn)
+    def _take_orphans(self) -> list[_Conn]:
+        """The connections of loops that are closed or gone (the lock held)."""
+        orphans: list[_Conn] = []
+        for key, loop_set in list(self._by_loop.items()):
+            loop = loop_set.loop()
+            if loop is None or loop.is_closed():
+                del self._by_loop[key]
+                orphans += loop_set.opened
+        return orphans
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            conns = [conn for _, conn in self._by_loop.values()]
+            conns = [conn for loop_set in self._by_loop.values() for conn in loop_set.opened]
             self._by_loop.clear()
         for conn in conns:
             _close_now(conn)

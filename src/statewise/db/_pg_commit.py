@@ -77,31 +77,15 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     sql, params = commit_params(db._s, commit, now)
     n_events = len(commit.events)
     versions = {w.key: w.base_version + 1 for w in commit.writes}
-    # With a commit id, sending again is always safe: keep going past every pooled
-    # connection that died with the same fault, up to a fresh one.
-    attempts = db.pool_size + 2 if commit.commit_id else 2
+    attempts = commit_attempts(db, commit)
     for attempt in range(1, attempts + 1):
         with db._connection() as conn:
             try:
                 row = conn.execute(sql, params).fetchone()
             except psycopg.Error as exc:
-                if exc.sqlstate == Q.CONFLICT_SQLSTATE:
-                    raise _conflict(exc) from exc
-                if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
-                    # The server aborted us to break a lock cycle: nothing was written; the
-                    # store re-probes and tries again, as after any lost race.
-                    sid = commit.session.session_id
-                    raise VersionConflict(f"session {sid!r} ({exc.sqlstate})", 0) from exc
-                if not (conn.broken or conn.closed) or attempt == attempts:
-                    if isinstance(exc, psycopg.OperationalError):
-                        raise db._unavailable(exc) from exc
-                    raise StorageError(
-                        f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
-                    ) from exc
-                # The connection died with the call in flight: it is one transaction, so
-                # it either landed whole or not at all. With a commit id, sending it again
-                # is safe (the server answers a landed id, and a copy still executing waits
-                # for it); without one, look for its rows first.
+                failure = commit_failure(db, commit, exc, conn, attempt == attempts)
+                if failure is not None:
+                    raise failure from exc
                 if commit.commit_id:
                     continue
                 last_seq = _landed(db, commit, now)
@@ -115,6 +99,59 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                 continue
         return _result(commit, row, now)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def arun_commit(db: PostgresDb, commit: Commit) -> CommitResult:
+    """`run_commit` through the event loop's own connections (`_pg_async`), for a commit
+    with an id (which makes sending it again safe)."""
+    now = time.time()
+    sql, params = commit_params(db._s, commit, now)
+    attempts = commit_attempts(db, commit)
+    for attempt in range(1, attempts + 1):
+        async with db._loop_commits.connection() as conn:
+            try:
+                row = await (await conn.execute(sql, params)).fetchone()
+            except psycopg.Error as exc:
+                failure = commit_failure(db, commit, exc, conn, attempt == attempts)
+                if failure is not None:
+                    raise failure from exc
+                continue
+        return _result(commit, row, now)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def commit_attempts(db: PostgresDb, commit: Commit) -> int:
+    """How many connections a commit is sent on while each one dies under it. With a
+    commit id sending again is always safe: past every pooled connection that died with
+    the same fault, up to a fresh one."""
+    return db.pool_size + 2 if commit.commit_id else 2
+
+
+def commit_failure(
+    db: PostgresDb,
+    commit: Commit,
+    exc: psycopg.Error,
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+    last: bool,
+) -> BaseException | None:
+    """What a failed `statewise_commit` call means: the error to raise, or None when the
+    connection died with the call in flight. It is one transaction, so it landed whole or
+    not at all: with a commit id it can be sent again (the server answers a landed id, and
+    a copy still executing waits for it); without one, its rows tell."""
+    if exc.sqlstate == Q.CONFLICT_SQLSTATE:
+        return _conflict(exc)
+    if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        # The server aborted us to break a lock cycle: nothing was written; the store
+        # re-probes and tries again, as after any lost race.
+        sid = commit.session.session_id
+        return VersionConflict(f"session {sid!r} ({exc.sqlstate})", 0)
+    if not (conn.broken or conn.closed) or last:
+        if isinstance(exc, psycopg.OperationalError):
+            return db._unavailable(exc)
+        return StorageError(
+            f"PostgreSQL commit of session {commit.session.session_id!r} failed: {exc}"
+        )
+    return None
 
 
 def run_locked_commit(

@@ -174,7 +174,10 @@ class PostgresDb(BaseDb):
             name=f"statewise-{schema}",
         )
         self._pool.open(wait=False)
-        self._loop_connections = LoopConnections(self.db_url, connect_timeout)
+        # On each event loop: the state reads' connection, and the commits' own (up to
+        # pool_size), so a read never waits for a connection a commit holds.
+        self._loop_reads = LoopConnections(self.db_url, connect_timeout, 1)
+        self._loop_commits = LoopConnections(self.db_url, connect_timeout, pool_size)
 
     @property
     def url_masked(self) -> str:
@@ -292,7 +295,8 @@ class PostgresDb(BaseDb):
         if not self._closed:
             self._closed = True
             self._pool.close()
-            self._loop_connections.close()
+            self._loop_reads.close()
+            self._loop_commits.close()
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -366,7 +370,7 @@ class PostgresDb(BaseDb):
             return await (await conn.execute(query, params)).fetchall()
 
         try:
-            rows = await self._loop_connections.read(fetch)
+            rows = await self._loop_reads.read(fetch)
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from exc
         return _scopes_read(keys, rows)
@@ -530,6 +534,22 @@ class PostgresDb(BaseDb):
         from statewise.db._pg_commit import run_commit
 
         return run_commit(self, commit)
+
+    async def acommit(self, commit: Commit) -> CommitResult:
+        """The same call through the event loop's own connections (see `_pg_async`): a
+        commit is one round trip, and a worker thread would cost more than it. A commit
+        without an id (nothing to make a resend safe by) goes through a thread, whose
+        recovery looks for its rows."""
+        if on_private_loop() or not commit.commit_id:
+            return await super().acommit(commit)
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
+        from statewise.db._pg_commit import arun_commit
+
+        try:
+            return await arun_commit(self, commit)
+        except psycopg.OperationalError as exc:  # (connecting failed)
+            raise self._unavailable(exc) from exc
 
     def commit_rebased(
         self,

@@ -1,8 +1,9 @@
 """PostgreSQL storage: many processes and machines on one database.
 
-psycopg 3 with a `psycopg_pool.ConnectionPool` of autocommit connections (and, for the reads
-a server makes on its event loop, one async connection per loop: `_pg_async`). Each
-primitive is one statement, so each is one round trip and its own transaction:
+psycopg 3 with a `psycopg_pool.ConnectionPool` of autocommit connections, and on each
+event loop that uses the database (a server's) async connections of its own: one for the
+state reads and up to `pool_size` for commits (`_pg_async`). Each primitive is one
+statement, so each is one round trip and its own transaction:
 
 - `commit` calls the `statewise_commit(...)` PL/pgSQL function (see `_pg_sql`), which does
   the compare-and-swap (`UPDATE ... WHERE version = base`) on every scope, appends deltas,

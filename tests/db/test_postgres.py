@@ -506,6 +506,43 @@ def test_commits_on_the_loop_use_at_most_pool_size_connections_of_it(
             assert store.read_state(SessionSpec(session_id=f"s{n}"))[0] == {"items": [0, 1, 2]}
 
 
+def test_a_commit_on_the_loop_waits_pool_timeout_for_a_busy_connection_then_says_so(
+    pg_url: str, schema: str
+) -> None:
+    """As the thread pool does: with every connection of the loop held by a commit that
+    waits (here, for a lock), another commit gives up after `pool_timeout`, writing
+    nothing, with an error naming the cause."""
+    with _db(pg_url, schema, pool_size=1, pool_timeout=0.5) as db:
+        store = StateStore(db)
+
+        async def main() -> None:
+            blocked = await store.abegin(SessionSpec(session_id="s1"))
+            other = await store.abegin(SessionSpec(session_id="s2"))
+            blocked.state["a"] = 0
+            other.state["a"] = 0
+            await blocked.commit(source="start")
+            await other.commit(source="start")
+            blocked.state["a"] = 1
+            other.state["a"] = 1
+            with psycopg.connect(pg_url) as locker:
+                locker.execute(
+                    f'SELECT 1 FROM "{schema}".sessions WHERE session_id = %s FOR UPDATE',
+                    ("s1",),
+                )
+                waiting = asyncio.ensure_future(blocked.commit(source="one"))
+                await asyncio.to_thread(_wait_blocked, pg_url, schema)
+                with pytest.raises(DatabaseUnavailableError, match=r"were all busy for 0\.5 s"):
+                    await other.commit(source="two")
+                locker.rollback()
+            await waiting
+            blocked.close()
+            other.close(keep=False)
+
+        asyncio.run(main())
+        assert store.read_state(SessionSpec(session_id="s1"))[0] == {"a": 1}
+        assert store.read_state(SessionSpec(session_id="s2"))[0] == {"a": 0}
+
+
 def test_a_commit_on_the_loop_that_loses_a_race_is_rebased(pg_url: str, schema: str) -> None:
     with _db(pg_url, schema) as db:
         store = StateStore(db)

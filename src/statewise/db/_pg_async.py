@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg_pool import PoolTimeout
 
 T = TypeVar("T")
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -44,10 +45,11 @@ class _LoopSet:
 
 
 class LoopConnections:
-    def __init__(self, url: str, connect_timeout: float, size: int) -> None:
+    def __init__(self, url: str, connect_timeout: float, size: int, wait: float) -> None:
         self._url = url
         self._connect_timeout = max(1, round(connect_timeout))
         self._size = size
+        self._wait = wait
         self._lock = threading.Lock()
         self._by_loop: dict[int, _LoopSet] = {}
         self._closed = False
@@ -67,10 +69,20 @@ class LoopConnections:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[_Conn]:
         """One of this loop's connections, for this block alone: an idle one, or a new one
-        while fewer than `size` are open. One left mid-statement (an error, a cancelled
-        caller) or dropped is closed instead of kept."""
+        while fewer than `size` are open (`PoolTimeout` when all were busy for `wait`
+        seconds, as psycopg_pool's pools raise). One left mid-statement (an error, a
+        cancelled caller) or dropped is closed instead of kept."""
         loop_set = self._loop_set()
-        async with loop_set.slots:
+        if loop_set.slots.locked():  # (`wait_for` costs a task: only when it may wait)
+            try:
+                await asyncio.wait_for(loop_set.slots.acquire(), self._wait)
+            except TimeoutError:
+                raise PoolTimeout(
+                    f"all {self._size} connections were busy for {self._wait:g} s"
+                ) from None
+        else:
+            await loop_set.slots.acquire()
+        try:
             conn = loop_set.idle.pop() if loop_set.idle else await self._open(loop_set)
             try:
                 yield conn
@@ -85,6 +97,8 @@ class LoopConnections:
                     _close_now(conn)
                 else:
                     loop_set.idle.append(conn)
+        finally:
+            loop_set.slots.release()
 
     def _loop_set(self) -> _LoopSet:
         loop = asyncio.get_running_loop()

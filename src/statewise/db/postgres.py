@@ -177,8 +177,8 @@ class PostgresDb(BaseDb):
         self._pool.open(wait=False)
         # On each event loop: the state reads' connection, and the commits' own (up to
         # pool_size), so a read never waits for a connection a commit holds.
-        self._loop_reads = LoopConnections(self.db_url, connect_timeout, 1)
-        self._loop_commits = LoopConnections(self.db_url, connect_timeout, pool_size)
+        self._loop_reads = LoopConnections(self.db_url, connect_timeout, 1, pool_timeout)
+        self._loop_commits = LoopConnections(self.db_url, connect_timeout, pool_size, pool_timeout)
 
     @property
     def url_masked(self) -> str:
@@ -549,6 +549,12 @@ class PostgresDb(BaseDb):
 
         try:
             return await arun_commit(self, commit)
+        except PoolTimeout as exc:
+            raise DatabaseUnavailableError(
+                f"the {self.pool_size} connections this event loop commits through to "
+                f"PostgreSQL at {self.url_masked} were all busy for {self.pool_timeout:g} s "
+                f"(raise pool_size, or look for commits held too long)"
+            ) from exc
         except psycopg.OperationalError as exc:  # (connecting failed)
             raise self._unavailable(exc) from exc
 

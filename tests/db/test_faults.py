@@ -17,6 +17,7 @@ import pytest
 
 from statewise.db.base import BaseDb
 from statewise.db.store import SessionSpec, StateStore
+from tests.db._pg_locks import wait_until_blocked
 from tests.db._proxy import Fault, TcpProxy
 
 SPEC = SessionSpec(session_id="s1", user_id="u1", app_name="app")
@@ -171,7 +172,7 @@ def test_postgres_commit_dropped_while_blocked_behind_another_writer_lands_once(
 
                 thread = threading.Thread(target=commit)
                 thread.start()
-                _wait_blocked(url, schema)
+                wait_until_blocked(url, schema)
                 proxy.drop_all()  # the client loses the commit still waiting on the server
                 time.sleep(0.3)  # the client reconnects and sends it again
                 locker.rollback()  # the other writer lets go
@@ -237,23 +238,6 @@ def test_postgres_commit_after_a_lost_race_through_a_dropped_connection_lands_ex
         for db in (faulty, direct, other):
             db.close()
         proxy.close()
-
-
-def _wait_blocked(url: str, schema: str) -> None:
-    import psycopg
-
-    deadline = time.monotonic() + 10
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE %s",
-                (f'%"{schema}".statewise_commit%',),
-            ).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the commit never blocked behind the other writer")
 
 
 # ---- Redis -------------------------------------------------------------------------------

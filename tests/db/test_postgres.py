@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,8 +19,8 @@ from statewise.db.records import (
 )
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.testing.cases import setop, write
-from statewise.db.threads import BLOCKING_THREADS, run_blocking
 from statewise.exceptions import DatabaseUnavailableError, SchemaVersionError
+from tests.db._pg_locks import wait_until_blocked
 from tests.db._proxy import TcpProxy
 
 pytestmark = pytest.mark.postgres
@@ -441,48 +440,6 @@ def test_connections_stay_usable_in_a_process_with_over_1024_files_open(
 # ---- commits on the event loop -----------------------------------------------------------
 
 
-def test_a_commit_on_the_event_loop_is_one_round_trip_and_waits_for_no_worker_thread(
-    pg_url: str, schema: str
-) -> None:
-    """A server's commits go through the loop's own connections: with every worker thread
-    busy (slow sync work elsewhere in the server), a run's commit still lands at once."""
-    proxy = TcpProxy(pg_url)
-    released = threading.Event()
-    try:
-        with _db(proxy.url, schema) as db:
-            store = StateStore(db)
-            spec = SessionSpec(session_id="s1", user_id="u1", app_name="app")
-
-            async def main() -> list[int]:
-                txn = await store.abegin(spec)
-                txn.state["items"] = ["a"]
-                await txn.commit(source="first")  # (opens this loop's connection)
-                busy = [
-                    asyncio.ensure_future(run_blocking(released.wait))
-                    for _ in range(BLOCKING_THREADS)
-                ]
-                await asyncio.sleep(0.05)
-                trips = []
-                try:
-                    for item in ("b", "c"):
-                        txn.state["items"].append(item)
-                        before = proxy.round_trips
-                        await asyncio.wait_for(txn.commit(source=item), 5)
-                        trips.append(proxy.round_trips - before)
-                finally:
-                    released.set()
-                    await asyncio.gather(*busy)
-                    txn.close()
-                return trips
-
-            assert asyncio.run(main()) == [1, 1]
-            assert store.read_state(spec)[0] == {"items": ["a", "b", "c"]}
-            assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
-    finally:
-        released.set()
-        proxy.close()
-
-
 def test_commits_on_the_loop_use_at_most_pool_size_connections_of_it(
     pg_url: str, schema: str
 ) -> None:
@@ -530,7 +487,7 @@ def test_a_commit_on_the_loop_waits_pool_timeout_for_a_busy_connection_then_says
                     ("s1",),
                 )
                 waiting = asyncio.ensure_future(blocked.commit(source="one"))
-                await asyncio.to_thread(_wait_blocked, pg_url, schema)
+                await asyncio.to_thread(wait_until_blocked, pg_url, schema)
                 with pytest.raises(DatabaseUnavailableError, match=r"were all busy for 0\.5 s"):
                     await other.commit(source="two")
                 locker.rollback()
@@ -541,28 +498,6 @@ def test_a_commit_on_the_loop_waits_pool_timeout_for_a_busy_connection_then_says
         asyncio.run(main())
         assert store.read_state(SessionSpec(session_id="s1"))[0] == {"a": 1}
         assert store.read_state(SessionSpec(session_id="s2"))[0] == {"a": 0}
-
-
-def test_a_commit_on_the_loop_that_loses_a_race_is_rebased(pg_url: str, schema: str) -> None:
-    with _db(pg_url, schema) as db:
-        store = StateStore(db)
-        spec = SessionSpec(session_id="s1")
-
-        async def main() -> None:
-            first = await store.abegin(spec)
-            first.state["items"] = []
-            await first.commit(source="start")
-            second = await StateStore(db).abegin(spec)  # a second process's view
-            first.state["items"].append("a")
-            second.state["items"].append("b")
-            await first.commit(source="a")
-            changed = await second.commit(source="b")  # lost to `first`: rebased
-            assert changed.conflicts == []
-            first.close()
-            second.close()
-
-        asyncio.run(main())
-        assert store.read_state(spec)[0] == {"items": ["a", "b"]}
 
 
 def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
@@ -586,7 +521,7 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
                     ("s1",),
                 )
                 first = asyncio.ensure_future(txn.commit(source="a"))
-                await asyncio.to_thread(_wait_blocked, pg_url, schema)
+                await asyncio.to_thread(wait_until_blocked, pg_url, schema)
                 first.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await first
@@ -598,43 +533,3 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
 
         asyncio.run(main())
         assert store.read_state(spec)[0] == {"items": ["a", "b"]}
-
-
-def test_a_commit_on_the_loop_with_the_server_gone_fails_clearly_and_writes_nothing(
-    pg_url: str, schema: str
-) -> None:
-    proxy = TcpProxy(pg_url)
-    try:
-        with _db(proxy.url, schema) as db, _db(pg_url, schema) as direct:
-            spec = SessionSpec(session_id="s1")
-
-            async def main() -> None:
-                txn = await StateStore(db).abegin(spec)
-                txn.state["items"] = ["a"]
-                await txn.commit(source="start")
-                proxy.server_gone()
-                txn.state["items"].append("b")
-                with pytest.raises(DatabaseUnavailableError, match="PostgreSQL at"):
-                    await txn.commit(source="b")
-                txn.close(keep=False)
-
-            asyncio.run(main())
-            assert StateStore(direct).read_state(spec)[0] == {"items": ["a"]}
-    finally:
-        proxy.close()
-
-
-def _wait_blocked(url: str, schema: str) -> None:
-    """Until a statement on `schema` waits for a lock."""
-    deadline = time.monotonic() + 10
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE %s",
-                (f'%"{schema}".statewise_commit%',),
-            ).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the commit never blocked behind the lock")

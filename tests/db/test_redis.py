@@ -12,7 +12,6 @@ import pytest
 from statewise.db.records import Commit, DeltaSegment, NewEvent, ScopeKey, ScopeWrite
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.testing.cases import setop, write
-from statewise.db.threads import BLOCKING_THREADS, run_blocking
 from statewise.exceptions import DatabaseUnavailableError
 from tests.db._proxy import TcpProxy
 
@@ -190,70 +189,6 @@ def test_a_read_of_no_scopes_reads_the_session_alone(redis_url: str, prefix: str
 # ---- commits on the event loop -----------------------------------------------------------
 
 
-def test_a_commit_on_the_event_loop_is_one_round_trip_and_waits_for_no_worker_thread(
-    redis_url: str, prefix: str
-) -> None:
-    """A server's commits go through redis.asyncio on its loop: with every worker thread
-    busy (slow sync work elsewhere in the server), a run's commit still lands at once."""
-    proxy = TcpProxy(redis_url)
-    released = threading.Event()
-    try:
-        with _db(proxy.url, prefix) as db:
-            store = StateStore(db)
-            spec = SessionSpec(session_id="s1", user_id="u1", app_name="app")
-
-            async def main() -> list[int]:
-                txn = await store.abegin(spec)
-                txn.state["items"] = ["a"]
-                await txn.commit(source="first")  # (connects this loop's client)
-                busy = [
-                    asyncio.ensure_future(run_blocking(released.wait))
-                    for _ in range(BLOCKING_THREADS)
-                ]
-                await asyncio.sleep(0.05)
-                trips = []
-                try:
-                    for item in ("b", "c"):
-                        txn.state["items"].append(item)
-                        before = proxy.round_trips
-                        await asyncio.wait_for(txn.commit(source=item), 5)
-                        trips.append(proxy.round_trips - before)
-                finally:
-                    released.set()
-                    await asyncio.gather(*busy)
-                    txn.close()
-                return trips
-
-            assert asyncio.run(main()) == [1, 1]
-            assert store.read_state(spec)[0] == {"items": ["a", "b", "c"]}
-            assert [e.seq for e in db.read_events("s1")] == [1, 2, 3]
-    finally:
-        released.set()
-        proxy.close()
-
-
-def test_a_commit_on_the_loop_that_loses_a_race_is_rebased(redis_url: str, prefix: str) -> None:
-    with _db(redis_url, prefix) as db:
-        store = StateStore(db)
-        spec = SessionSpec(session_id="s1")
-
-        async def main() -> None:
-            first = await store.abegin(spec)
-            first.state["items"] = []
-            await first.commit(source="start")
-            second = await StateStore(db).abegin(spec)  # a second process's view
-            first.state["items"].append("a")
-            second.state["items"].append("b")
-            await first.commit(source="a")
-            changed = await second.commit(source="b")  # lost to `first`: rebased
-            assert changed.conflicts == []
-            first.close()
-            second.close()
-
-        asyncio.run(main())
-        assert store.read_state(spec)[0] == {"items": ["a", "b"]}
-
-
 def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
     redis_url: str, prefix: str
 ) -> None:
@@ -289,30 +224,6 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
 
             asyncio.run(main())
             assert store.read_state(spec)[0] == {"items": ["a", "b"]}
-    finally:
-        proxy.close()
-
-
-def test_a_commit_on_the_loop_with_redis_gone_fails_clearly_and_writes_nothing(
-    redis_url: str, prefix: str
-) -> None:
-    proxy = TcpProxy(redis_url)
-    try:
-        with _db(proxy.url, prefix) as db, _db(redis_url, prefix) as direct:
-            spec = SessionSpec(session_id="s1")
-
-            async def main() -> None:
-                txn = await StateStore(db).abegin(spec)
-                txn.state["items"] = ["a"]
-                await txn.commit(source="start")
-                proxy.server_gone()
-                txn.state["items"].append("b")
-                with pytest.raises(DatabaseUnavailableError, match="during commit"):
-                    await txn.commit(source="b")
-                txn.close(keep=False)
-
-            asyncio.run(main())
-            assert StateStore(direct).read_state(spec)[0] == {"items": ["a"]}
     finally:
         proxy.close()
 

@@ -425,39 +425,30 @@ class StateStore:
         case (the first attempt lands) builds one `Commit` and nothing else: what a rebase
         needs (`PendingCommit`) is made only when a race was lost.
         """
-        attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
-        return self._land(ws, attempt, policy)
+        attempt = self.first_attempt(ws, events, run, run_id, step, source, commit_id)
+        return self.land(ws, attempt, policy)
 
-    async def acommit(
-        self,
-        ws: WorkingState,
-        events: Sequence[NewEvent],
-        run: RunRecord | None,
-        run_id: str | None,
-        step: int | None,
-        source: str,
-        commit_id: str | None,
-        policy: CommitPolicy | None,
+    async def aland(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        """`commit` from a shared event loop. The commit is built here, on the loop: it is
-        CPU only, and built in a worker thread it would wait for the loop's thread to hand
-        over the interpreter lock. The write goes through the database's async commit (a
-        worker thread, or the async driver on this loop), and what a lost race or a
-        replayed commit reads goes to a worker thread.
+        """`land` from a shared event loop (for `AsyncTransaction.commit`, which builds the
+        attempt on the loop: it is CPU only, and built in a worker thread it would wait for
+        the loop's thread to hand over the interpreter lock). The write goes through the
+        database's async commit (a worker thread, or the async driver on this loop), and
+        what a lost race or a replayed commit reads goes to a worker thread.
 
         The landing runs to its end even if our caller is cancelled meanwhile: a write
         that landed but was not recorded in the working state would be rebased onto
         itself by the transaction's next commit, applying it twice."""
-        attempt = self._first_attempt(ws, events, run, run_id, step, source, commit_id)
         landing = asyncio.ensure_future(self._aland(ws, attempt, policy))
         landing.add_done_callback(_retrieve)  # (an outcome nobody awaits any more)
         return await asyncio.shield(landing)
 
     async def _aland(
-        self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        """`_land` for `acommit`: the common case (the write lands at the first try) is
-        recorded on the loop; a lost race and a replay read, so they leave it."""
+        """The common case (the write lands at the first try) is recorded on the loop; a
+        lost race and a replay read, so they leave it."""
         try:
             result = await self.db.acommit(attempt.commit)
         except VersionConflict:
@@ -466,7 +457,7 @@ class StateStore:
             return await self.db.run_io(self._landed, ws, attempt, result)
         return self._landed(ws, attempt, result)
 
-    def _first_attempt(
+    def first_attempt(
         self,
         ws: WorkingState,
         events: Sequence[NewEvent],
@@ -475,8 +466,9 @@ class StateStore:
         step: int | None,
         source: str,
         commit_id: str | None,
-    ) -> _Attempt:
-        """The commit of everything pending, as first tried (no I/O)."""
+    ) -> CommitAttempt:
+        """The commit of everything pending, as first tried (no I/O; `land` or `aland`
+        writes it)."""
         if commit_id is None:
             commit_id = new_id()
         else:
@@ -489,9 +481,11 @@ class StateStore:
         undo = recorder.undoer()
         segments = ws.take_segments(source)
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
-        return _Attempt(commit_id, segments, undo, events, commit, changes)
+        return CommitAttempt(commit_id, segments, undo, events, commit, changes)
 
-    def _land(self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None) -> Committed:
+    def land(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
+    ) -> Committed:
         """Write `attempt`, rebasing it if it lost a race, and record what landed."""
         try:
             result = self.db.commit(attempt.commit)
@@ -500,7 +494,7 @@ class StateStore:
         return self._landed(ws, attempt, result)
 
     def _after_lost_race(
-        self, ws: WorkingState, attempt: _Attempt, policy: CommitPolicy | None
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
         pending = PendingCommit(
             segments=attempt.segments, commit_id=attempt.commit_id, undo=attempt.undo
@@ -521,7 +515,7 @@ class StateStore:
     def _landed(
         self,
         ws: WorkingState,
-        attempt: _Attempt,
+        attempt: CommitAttempt,
         result: CommitResult,
         conflicts: list[dict[str, Any]] | None = None,
     ) -> Committed:
@@ -839,7 +833,7 @@ def _retrieve(landing: asyncio.Future[Any]) -> None:
 
 
 @dataclass(slots=True)
-class _Attempt:
+class CommitAttempt:
     """A commit as built for one attempt, and what a rebase of it would need."""
 
     commit_id: str

@@ -36,7 +36,7 @@ from statewise.exceptions import InvalidInputError, StateError
 from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 
 if TYPE_CHECKING:
-    from statewise.db.store import CommitPolicy, Committed, StateLoader, StateStore
+    from statewise.db.store import CommitAttempt, CommitPolicy, Committed, StateLoader, StateStore
 
 
 class TransactionCore:
@@ -122,16 +122,24 @@ class TransactionCore:
         source: str,
         commit_id: str | None,
     ) -> Committed:
-        self._check_committable()
-        return self.store.commit(
-            self.working, events, run, run_id, step, source, commit_id, self.policy
-        )
+        attempt = self._attempt(events, run, run_id, step, source, commit_id)
+        return self.store.land(self.working, attempt, self.policy)
 
-    def _check_committable(self) -> None:
+    def _attempt(
+        self,
+        events: Sequence[NewEvent],
+        run: RunRecord | None,
+        run_id: str | None,
+        step: int | None,
+        source: str,
+        commit_id: str | None,
+    ) -> CommitAttempt:
+        """The commit of what changed, built (no I/O), for either shell to land."""
         if self.closed:
             raise StateError("this session transaction is closed")
         if self.detached:
             raise StateError("a branch of a session transaction cannot commit")
+        return self.store.first_attempt(self.working, events, run, run_id, step, source, commit_id)
 
     def state_loader(self) -> StateLoader:
         """A function returning the state as it is now, even after later commits."""
@@ -218,10 +226,8 @@ class AsyncTransaction(TransactionCore):
     ) -> Committed:
         if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
             return self._commit(events, run, run_id, step, source, commit_id)
-        self._check_committable()
-        return await self.store.acommit(
-            self.working, events, run, run_id, step, source, commit_id, self.policy
-        )
+        attempt = self._attempt(events, run, run_id, step, source, commit_id)
+        return await self.store.aland(self.working, attempt, self.policy)
 
     commit.__doc__ = _COMMIT_DOC
 

@@ -245,9 +245,13 @@ class CommitResult:
 
 def encode_commit_result(versions: dict[ScopeKey, int], last_seq: int, n_events: int) -> str:
     """How a backend stores a commit's result next to its commit id (compact text)."""
-    parts = [str(last_seq), str(n_events)]
-    parts += [f"{key.kind}={version}" for key, version in versions.items()]
-    return "|".join(parts)
+    return str(last_seq) + commit_result_tail(versions, n_events)
+
+
+def commit_result_tail(versions: dict[ScopeKey, int], n_events: int) -> str:
+    """A stored commit result without its leading last sequence number, for a backend that
+    learns that number only inside the statement that stores it."""
+    return "".join([f"|{n_events}", *(f"|{key.kind}={v}" for key, v in versions.items())])
 
 
 def decode_commit_result(commit: Commit, text: str, committed_at: float = 0.0) -> CommitResult:

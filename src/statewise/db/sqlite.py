@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise._workers import Workers
-from statewise.db import _codec
+from statewise.db import _codec, _sqlite_commit
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
@@ -483,13 +483,29 @@ class SqliteDb(BaseDb):
         database (which exists only on its connection), run inline."""
         if on_private_loop() or self.db_file == ":memory:":
             return fn(*args, **kwargs)
+        return await self._writer_thread().run(fn, *args, **kwargs)
+
+    async def acommit(self, commit: Commit) -> CommitResult:
+        """On the writer thread, the commit is one statement when it can be (see
+        `_sqlite_commit`): that thread shares the interpreter lock with a busy event loop,
+        and each statement of a commit gives the lock up and waits to win it back. A sync
+        commit has no one to wait for, and its statements cost SQLite less than the one
+        statement's triggers (callgrind: ~50k instructions per commit fewer)."""
+        if on_private_loop() or self.db_file == ":memory:":
+            return self.commit(commit)
+        return await self._writer_thread().run(self._commit_on_writer_thread, commit)
+
+    def _commit_on_writer_thread(self, commit: Commit) -> CommitResult:
+        landed = self._commit_in_one_statement(commit)
+        return landed if landed is not None else self._commit_statements(commit)
+
+    def _writer_thread(self) -> Workers:
         with self._connections_lock:
             if self._closed:
                 raise StorageError(f"{self!r} is closed")
             if self._thread is None:
                 self._thread = Workers(1, "statewise-sqlite")
-            thread = self._thread
-        return await thread.run(fn, *args, **kwargs)
+            return self._thread
 
     def _schema_version(self, conn: sqlite3.Connection) -> int:
         """This table prefix's schema version. Several prefixes can share one file, so the
@@ -832,6 +848,9 @@ class SqliteDb(BaseDb):
                 raise
 
     def commit(self, commit: Commit) -> CommitResult:
+        return self._commit_statements(commit)
+
+    def _commit_statements(self, commit: Commit) -> CommitResult:
         try:
             result, large = self._write(lambda conn: self._commit_in(conn, commit))
         except sqlite3.Error as exc:
@@ -839,6 +858,42 @@ class SqliteDb(BaseDb):
         if large >= self._wal_pages_bytes:
             self._restart_wal()
         return result
+
+    def _commit_in_one_statement(self, commit: Commit) -> CommitResult | None:
+        """`commit` landed through one statement (see `_sqlite_commit`), or None if it
+        must take the statement-by-statement path (nothing was written then)."""
+        now = time.time()
+        texts = [_event_text(event, commit.writes) for event in commit.events]
+        values = _sqlite_commit.commit_rows(commit, now, texts, LARGE_VALUE)
+        if values is None:
+            return None
+        sql = _sqlite_commit.insert_sql(self.table_prefix, len(values) // _sqlite_commit.WIDTH)
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._conn
+        with self._write_lock:
+            self._check_file()
+            try:
+                if not getattr(self._local, "one_statement", False):
+                    # (after the migrations: ALTER TABLE checks temporary triggers too)
+                    conn.executescript(_sqlite_commit.temp_schema(self.table_prefix))
+                    self._local.one_statement = True
+                conn.execute(sql, values)
+            except sqlite3.IntegrityError:
+                return None  # a trigger handed the commit over (or a row clashed): no write
+            except sqlite3.Error as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+                    raise DatabaseUnavailableError(
+                        f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
+                    ) from exc
+                return None  # nothing was written; the full path meets the cause and names it
+            try:
+                last_seq = conn.execute(
+                    f"SELECT last_seq FROM {self.table_prefix}commit_out"
+                ).fetchone()[0]
+            except sqlite3.Error as exc:  # (landed: a retry with its id is answered, not applied)
+                raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+        return _sqlite_commit.landed(commit, now, last_seq)
 
     def _restart_wal(self) -> None:
         """Start the WAL over now, after a commit big enough to have filled it.

@@ -7,7 +7,7 @@ whenever it is busy, each win cost tens of microseconds, so SQLite's one writer 
 spent most of a commit waiting for the lock rather than writing. One INSERT into a
 temporary view whose INSTEAD OF triggers do all the writes runs, with its implicit
 transaction and the sync that makes it durable, inside one call into SQLite: the lock is
-given up once per commit (and once more to read back the sequence number it reached).
+given up once per commit.
 
 Only the usual commit goes this way: an existing session, a commit id newer than any the
 session has landed (or none), and no value large enough to need `_insert_rows`' own
@@ -19,13 +19,17 @@ The view's columns are `op` and eleven values whose meaning depends on `op`:
 
 | op | c1 | c2 | c3 | c4 | c5 | c6 | c7 | c8 | c9 | c10 | c11 |
 |---|---|---|---|---|---|---|---|---|---|---|---|
-| 0 session | session_id | events | now | commit id | result tail for a `commits` row | | | | | | |
+| 0 session | session_id | events | now | commit id | result tail for a `commits` row | last sequence number expected, or -1 | | | | | |
 | 1 scope write | kind | scope_id | base version | delta bytes | session_id | run_id | step | segments | conflicts | snapshot | now |
 | 2 event | session_id | events after this one | run_id | type | data | now | commit id | result tail | | | |
 | 3 run | session_id | run_id | status | agent_name | input | content | messages | metrics | error | created_at | now |
 
 The session row comes first: it advances the session and notes its last sequence number
-in a one-row temporary table, which the events (numbered back from it) and the caller read.
+in a one-row temporary table, which the events are numbered back from. The caller says
+which number it expects the session to be at before the commit (where its own last commit
+to the session left it), so it need not read the number back: the trigger aborts if the
+session is elsewhere (`SEQUENCE_MOVED`: another writer came between), and the caller
+sends the statement again expecting nothing (-1), then reads the number back.
 
 No value but the run's is None: the sqlite3 module binds None through its adapter lookup,
 several microseconds each, which mattered at some twenty values per commit. An absent id,
@@ -45,12 +49,19 @@ from statewise.db.records import Commit, CommitResult, ScopeKey, commit_result_t
 WIDTH = 12
 """Values per row: `op` and c1..c11."""
 
+AT_SEQ = 6
+"""Where the session row's expected last sequence number (c6) is in the values."""
+
 MAX_ROWS = 64
 """A commit with more rows than this (many events) takes the statement-by-statement path,
 so the INSERTs cached per row count stay few."""
 
 NEEDS_FULL_PATH = "statewise: this commit needs the full path"
 """The message of the triggers' abort: not an error, a hand-over to the other path."""
+
+SEQUENCE_MOVED = "statewise: another writer moved the session on"
+"""The abort when the sequence number the caller expected was not the session's: another
+writer came between; the caller sends the statement again without expecting one."""
 
 
 def temp_schema(p: str) -> str:
@@ -62,6 +73,8 @@ def temp_schema(p: str) -> str:
         SELECT RAISE(ABORT, '{NEEDS_FULL_PATH}') WHERE changes() = 0;
         UPDATE {p}commit_out
             SET last_seq = (SELECT last_seq FROM {p}sessions WHERE session_id = NEW.c1);
+        SELECT RAISE(ABORT, '{SEQUENCE_MOVED}') FROM {p}commit_out
+            WHERE NEW.c6 >= 0 AND last_seq != NEW.c6 + NEW.c2;
         INSERT INTO {p}commits (session_id, commit_id, result, created_at)
             SELECT NEW.c1, NEW.c4, last_seq || NEW.c5, NEW.c3 FROM {p}commit_out
             WHERE NEW.c5 != '';
@@ -125,10 +138,11 @@ def insert_sql(p: str, rows: int) -> str:
 
 
 def commit_rows(
-    commit: Commit, now: float, event_texts: Sequence[str], longest: int
+    commit: Commit, now: float, event_texts: Sequence[str], longest: int, at_seq: int
 ) -> list[Any] | None:
     """The INSERT's values for `commit`, flat; None if it must take the full path (a new
-    session, too many rows, or a text longer than `longest`)."""
+    session, too many rows, or a text longer than `longest`). `at_seq` is the session's
+    last sequence number before the commit, when known, else -1."""
     if commit.create_session:
         return None
     session_id = commit.session.session_id
@@ -139,7 +153,7 @@ def commit_rows(
     tail = commit_result_tail(versions, n_events) if commit.commit_id else ""
     values: list[Any] = [
         0, session_id, n_events, now, commit.commit_id,
-        tail if tail and n_events == 0 else "", 0, 0, 0, 0, 0, 0,
+        tail if tail and n_events == 0 else "", at_seq, 0, 0, 0, 0, 0,
     ]  # fmt: skip
     for write in commit.writes:
         segments = write.segments_text

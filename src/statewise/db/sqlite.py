@@ -61,6 +61,9 @@ T = TypeVar("T")
 LARGE_VALUE = 64 * 1024
 """A text this long is bound through a statement of its own (see `_insert_rows`)."""
 
+LAST_SEQS_KEPT = 4096
+"""Sessions whose last sequence number a `SqliteDb` remembers (see `_note_last_seq`)."""
+
 WAL_AUTOCHECKPOINT = 1000
 """Pages the WAL holds before the commit that passes this many copies them into the
 database file (SQLite's default, set explicitly because `SqliteDb.commit` counts on it)."""
@@ -371,6 +374,7 @@ class SqliteDb(BaseDb):
         self._thread: Workers | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
+        self._last_seqs: dict[str, int] = {}
         if self.db_file != ":memory:":
             self._prepare_path(Path(self.db_file))
         self._migrate()
@@ -857,43 +861,74 @@ class SqliteDb(BaseDb):
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
         if large >= self._wal_pages_bytes:
             self._restart_wal()
+        if not result.replayed:
+            self._note_last_seq(commit.session.session_id, result.last_seq)
         return result
 
     def _commit_in_one_statement(self, commit: Commit) -> CommitResult | None:
         """`commit` landed through one statement (see `_sqlite_commit`), or None if it
         must take the statement-by-statement path (nothing was written then)."""
         now = time.time()
+        session_id = commit.session.session_id
         texts = [_event_text(event, commit.writes) for event in commit.events]
-        values = _sqlite_commit.commit_rows(commit, now, texts, LARGE_VALUE)
+        at_seq = self._last_seqs.get(session_id, -1)
+        values = _sqlite_commit.commit_rows(commit, now, texts, LARGE_VALUE, at_seq)
         if values is None:
             return None
-        sql = _sqlite_commit.insert_sql(self.table_prefix, len(values) // _sqlite_commit.WIDTH)
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._conn
         with self._write_lock:
             self._check_file()
-            try:
-                if not getattr(self._local, "one_statement", False):
-                    # (after the migrations: ALTER TABLE checks temporary triggers too)
-                    conn.executescript(_sqlite_commit.temp_schema(self.table_prefix))
-                    self._local.one_statement = True
-                conn.execute(sql, values)
-            except sqlite3.IntegrityError:
-                return None  # a trigger handed the commit over (or a row clashed): no write
-            except sqlite3.Error as exc:
-                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
-                    raise DatabaseUnavailableError(
-                        f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
-                    ) from exc
-                return None  # nothing was written; the full path meets the cause and names it
-            try:
-                last_seq = conn.execute(
-                    f"SELECT last_seq FROM {self.table_prefix}commit_out"
-                ).fetchone()[0]
-            except sqlite3.Error as exc:  # (landed: a retry with its id is answered, not applied)
-                raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+            last_seq = self._send_one_statement(conn, values, len(commit.events))
+            if last_seq is None:
+                return None
+            self._note_last_seq(session_id, last_seq)
         return _sqlite_commit.landed(commit, now, last_seq)
+
+    def _send_one_statement(
+        self, conn: sqlite3.Connection, values: list[Any], n_events: int
+    ) -> int | None:
+        """The session's last sequence number once the statement of `values` landed, or
+        None if it wrote nothing and the commit must take the statement-by-statement path.
+        Raises DatabaseUnavailableError when the database stayed busy."""
+        sql = _sqlite_commit.insert_sql(self.table_prefix, len(values) // _sqlite_commit.WIDTH)
+        at_seq = values[_sqlite_commit.AT_SEQ]
+        try:
+            if not getattr(self._local, "one_statement", False):
+                # (after the migrations: ALTER TABLE checks temporary triggers too)
+                conn.executescript(_sqlite_commit.temp_schema(self.table_prefix))
+                self._local.one_statement = True
+            try:
+                conn.execute(sql, values)
+            except sqlite3.IntegrityError as exc:
+                if at_seq < 0 or str(exc) != _sqlite_commit.SEQUENCE_MOVED:
+                    raise
+                at_seq = values[_sqlite_commit.AT_SEQ] = -1  # another writer came between
+                conn.execute(sql, values)
+        except sqlite3.IntegrityError:
+            return None  # a trigger handed the commit over (or a row clashed): no write
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+                raise DatabaseUnavailableError(
+                    f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
+                ) from exc
+            return None  # nothing was written; the full path meets the cause and names it
+        if at_seq >= 0:
+            return int(at_seq) + n_events
+        try:
+            row = conn.execute(f"SELECT last_seq FROM {self.table_prefix}commit_out").fetchone()
+        except sqlite3.Error as exc:  # (it landed: a retry with its id is answered, not applied)
+            raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+        return int(row[0])
+
+    def _note_last_seq(self, session_id: str, last_seq: int) -> None:
+        """Remember where a session's sequence numbers are after our commit to it, so the
+        next one-statement commit to it need not read that back (a few thousand sessions;
+        a wrong guess costs an aborted statement, never a wrong number)."""
+        if len(self._last_seqs) >= LAST_SEQS_KEPT:
+            self._last_seqs.clear()
+        self._last_seqs[session_id] = last_seq
 
     def _restart_wal(self) -> None:
         """Start the WAL over now, after a commit big enough to have filled it.

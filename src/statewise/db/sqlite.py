@@ -1,7 +1,8 @@
 """SQLite storage: the default, for one machine.
 
 WAL mode so readers never block the writer; `BEGIN IMMEDIATE` so a commit takes the write
-lock before it reads the versions it compares; a busy timeout so writers from other
+lock before it reads the versions it compares (a commit sent as one statement, see
+`_sqlite_commit`, takes it as that statement starts); a busy timeout so writers from other
 processes wait instead of failing; one connection per thread (sqlite3 connections are
 not shareable) and a process-wide lock so threads queue instead of spinning on SQLITE_BUSY.
 """

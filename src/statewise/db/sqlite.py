@@ -76,9 +76,11 @@ def _insert_rows(
     columns: str,
     rows: Sequence[tuple[Any, ...]],
     texts: tuple[int, ...],
+    absent: tuple[int, ...] = (),
 ) -> int:
     """INSERT `rows` into `table`; the length of the large texts among them. `texts` are
-    the positions of the columns that may hold a large text (the others never do).
+    the positions of the columns that may hold a large text (the others never do);
+    `absent` those where the row says NULL with '' (see `_insert_sql`).
 
     SQLite keeps its copy of a value bound to a cached statement until that statement is
     bound again. A multi-megabyte row (a big state write: its delta, snapshot and event)
@@ -88,7 +90,7 @@ def _insert_rows(
     that insert nothing, so the large copy is freed within the write that made it.
     """
     width = len(rows[0]) if rows else 0
-    insert_sql, large_sql = _insert_sql(table, columns, width)
+    insert_sql, large_sql = _insert_sql(table, columns, width, absent)
     small: list[tuple[Any, ...]] = []
     large: list[tuple[Any, ...]] = []
     for row in rows:
@@ -114,9 +116,15 @@ def _insert_rows(
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_sql(table: str, columns: str, width: int) -> tuple[str, str]:
-    """The INSERT for rows of `width` values, and the one for a row holding a large text."""
-    marks = ",".join("?" * width)
+def _insert_sql(
+    table: str, columns: str, width: int, absent: tuple[int, ...] = ()
+) -> tuple[str, str]:
+    """The INSERT for rows of `width` values, and the one for a row holding a large text.
+
+    At the positions in `absent` the rows give '' for NULL, which the INSERT turns back:
+    the sqlite3 module binds None through its adapter lookup (a few thousand instructions
+    each, against a few dozen for a string), and most events carry no commit id."""
+    marks = ",".join("NULLIF(?, '')" if i in absent else "?" for i in range(width))
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({marks})",
         f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?",
@@ -1100,11 +1108,12 @@ class SqliteDb(BaseDb):
                         commit.run_id,
                         commit.step,
                         write.segments_text,
-                        _codec.dumps(write.conflicts) if write.conflicts else None,
+                        _codec.dumps(write.conflicts) if write.conflicts else "",
                         now,
                     )
                 ],
                 (6, 7),
+                (7,),
             )
             text = write.snapshot_text
             if text is not None:
@@ -1132,8 +1141,8 @@ class SqliteDb(BaseDb):
                     event.type,
                     _event_text(event, commit.writes),
                     now,
-                    None,
-                    None,
+                    "",
+                    "",
                 )
                 for i, event in enumerate(commit.events)
             ]
@@ -1145,6 +1154,7 @@ class SqliteDb(BaseDb):
                 "session_id, seq, run_id, type, data, created_at, commit_id, commit_result",
                 rows,
                 (4,),
+                (6, 7),
             )
         if stored and not (id_in_event and commit.events):
             conn.execute(

@@ -40,11 +40,18 @@ unused columns 0; the triggers turn them back into NULL.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from statewise.db import _codec
-from statewise.db.records import Commit, CommitResult, ScopeKey, commit_result_tail
+from statewise.db.records import (
+    Commit,
+    CommitResult,
+    NewEvent,
+    ScopeKey,
+    ScopeWrite,
+    commit_result_tail,
+)
 
 WIDTH = 12
 """Values per row: `op` and c1..c11."""
@@ -138,11 +145,16 @@ def insert_sql(p: str, rows: int) -> str:
 
 
 def commit_rows(
-    commit: Commit, now: float, event_texts: Sequence[str], longest: int, at_seq: int
+    commit: Commit,
+    now: float,
+    event_text: Callable[[NewEvent, Sequence[ScopeWrite]], str],
+    longest: int,
+    at_seq: int,
 ) -> list[Any] | None:
     """The INSERT's values for `commit`, flat; None if it must take the full path (a new
-    session, too many rows, or a text longer than `longest`). `at_seq` is the session's
-    last sequence number before the commit, when known, else -1."""
+    session, too many rows, or a text longer than `longest`). `event_text` is an event's
+    data as stored; `at_seq` the session's last sequence number before the commit, when
+    known, else -1."""
     if commit.create_session:
         return None
     session_id = commit.session.session_id
@@ -167,7 +179,8 @@ def commit_rows(
             segments, conflicts, snapshot, now,
         )  # fmt: skip
     last = n_events - 1
-    for i, (event, text) in enumerate(zip(commit.events, event_texts, strict=True)):
+    for i, event in enumerate(commit.events):
+        text = event_text(event, commit.writes)
         if len(text) > longest:
             return None
         with_id = i == last and bool(commit.commit_id)

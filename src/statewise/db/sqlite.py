@@ -837,19 +837,25 @@ class SqliteDb(BaseDb):
 
     # ---- writes --------------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # The file is checked inside the transaction below; only a new connection (which
-        # would create an empty file where the database was) needs the check first.
+    def _writing_conn(self) -> sqlite3.Connection:
+        """This thread's connection for a write, which checks the file itself once it holds
+        the write lock; only a new connection (which would create an empty file where the
+        database was) needs the check first (`_conn`)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._conn
+        return conn if conn is not None else self._conn
+
+    def _busy(self, exc: sqlite3.Error) -> DatabaseUnavailableError:
+        return DatabaseUnavailableError(
+            f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
+        )
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._writing_conn()
         with self._write_lock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                raise DatabaseUnavailableError(
-                    f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
-                ) from exc
+                raise self._busy(exc) from exc
             try:
                 self._check_file()
                 result = fn(conn)
@@ -879,14 +885,11 @@ class SqliteDb(BaseDb):
         must take the statement-by-statement path (nothing was written then)."""
         now = time.time()
         session_id = commit.session.session_id
-        texts = [_event_text(event, commit.writes) for event in commit.events]
         at_seq = self._last_seqs.get(session_id, -1)
-        values = _sqlite_commit.commit_rows(commit, now, texts, LARGE_VALUE, at_seq)
+        values = _sqlite_commit.commit_rows(commit, now, _event_text, LARGE_VALUE, at_seq)
         if values is None:
             return None
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._conn
+        conn = self._writing_conn()
         with self._write_lock:
             self._check_file()
             last_seq = self._send_one_statement(conn, values, len(commit.events))
@@ -919,9 +922,7 @@ class SqliteDb(BaseDb):
             return None  # a trigger handed the commit over (or a row clashed): no write
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
-                raise DatabaseUnavailableError(
-                    f"SQLite database {self.db_file!r} is busy or unwritable: {exc}"
-                ) from exc
+                raise self._busy(exc) from exc
             return None  # nothing was written; the full path meets the cause and names it
         if at_seq >= 0:
             return int(at_seq) + n_events

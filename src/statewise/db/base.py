@@ -250,6 +250,13 @@ class BaseDb(ABC):
         versions.update({key: scope.version for key, scope in loaded.items()})
         return record, versions, loaded
 
+    @property
+    def queues_rebased_commits(self) -> bool:
+        """Whether `commit_rebased` keeps the session's other writers out while it reads
+        and writes (they wait their turn). Then a writer that keeps losing races to the
+        same session does better to queue at once than to try `commit` first."""
+        return False
+
     def commit_rebased(
         self,
         session_id: str,

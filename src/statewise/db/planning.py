@@ -7,17 +7,14 @@ everything here is a function of its arguments.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from statewise.db.records import DeltaRecord, ScopeKey, SessionRecord
-from statewise.db.replay import apply_segments
 from statewise.exceptions import SessionDeletedError, SessionExistsError
-from statewise.state.jsonvalue import copy_json
 from statewise.state.merge import Rules, rebase
-from statewise.state.ops import Op, apply_ops
-from statewise.state.tracked import to_plain
+from statewise.state.ops import Op
 
 USER_PREFIX = "user:"
 APP_PREFIX = "app:"
@@ -79,37 +76,17 @@ class PendingCommit:
     """Ops drained for a commit that may need rebasing before it lands. `commit_id` stays
     the same across every attempt, so a retry of an attempt that landed is recognised.
 
-    A lost race is rebased in memory, from what the tree already holds: `undo` takes the
-    tree back to the state the ops were made on (until the first rebase), and `bases`
-    then keeps each scope's state before our ops, by the name the scope stores, at the
-    version the next attempt is based on."""
+    A lost race is rebased on the tree itself: `undo` takes the tree back to the state
+    the ops (as last rebased) were made on; None once the tree was reloaded instead."""
 
     segments: list[tuple[str, list[Op]]]
     commit_id: str
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     undo: Callable[[], None] | None = None
-    bases: dict[str, dict[str, Any]] | None = None
 
 
 def ops_of_scope(segments: Sequence[tuple[str, list[Op]]], kind: str) -> list[Op]:
     return [op for _s, ops in segments for op in ops if scope_of(str(op.path[0]))[0] == kind]
-
-
-def stored_to_full(kind: str, raw_ops: Sequence[Mapping[str, Any]]) -> list[Op]:
-    """Other writers' stored ops of one scope, with paths as the merged state names them."""
-    prefix = SCOPE_PREFIX[kind]
-    out = []
-    for raw in raw_ops:
-        op = Op.from_json(dict(raw))
-        out.append(
-            Op(
-                op=op.op,
-                path=(prefix + str(op.path[0]), *op.path[1:]),
-                value=op.value,
-                index=op.index,
-            )
-        )
-    return out
 
 
 def rebase_scope(
@@ -130,55 +107,10 @@ def rebase_scope(
     return list(result.ops)
 
 
-MEMORY_KINDS = ("session", "user", "app", "temp")  # every key of a merged state is in one
-
-
-def take_bases(root: Mapping[str, Any], undo: Callable[[], None]) -> dict[str, dict[str, Any]]:
-    """Undo our pending ops on the tree and copy out each scope's state from before them
-    (names as the scope stores them; `temp:` keys under "temp", by their full name)."""
-    undo()
-    bases: dict[str, dict[str, Any]] = {kind: {} for kind in MEMORY_KINDS}
-    for full, value in root.items():
-        kind, name = scope_of(full)
-        bases[kind][name] = to_plain(value)
-    return bases
-
-
 def is_contiguous(after: int, upto: int, deltas: Sequence[DeltaRecord]) -> bool:
     """Whether `deltas` are exactly the versions after..upto, in order: only then do they
     take a state at `after` to the state at `upto`."""
     return [d.version for d in deltas] == list(range(after + 1, upto + 1))
-
-
-def catch_up(key: ScopeKey, base: dict[str, Any], deltas: Sequence[DeltaRecord]) -> None:
-    """Apply other writers' stored deltas to a scope's state (scope names), in place."""
-    for delta in deltas:
-        apply_segments(key, delta.version, base, delta.segments)
-
-
-def full_names(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of one scope's state under the names the merged state gives its keys."""
-    prefix = SCOPE_PREFIX.get(kind, "")
-    return {prefix + name: copy_json(value) for name, value in data.items()}
-
-
-def rebuild(
-    bases: Mapping[str, Mapping[str, Any]],
-    decoded: Mapping[str, dict[str, Any]],
-    pending: PendingCommit,
-) -> dict[str, Any]:
-    """The merged tree after a rebase: for each scope rebased now, its `decoded` latest
-    state with our rebased ops already applied; for every other scope (and `temp:`), its
-    base with our pending ops applied again, as they were made."""
-    data: dict[str, Any] = {}
-    for kind in MEMORY_KINDS:
-        if kind in decoded:
-            data.update(decoded[kind])
-            continue
-        state = full_names(kind, bases.get(kind, {}))
-        apply_ops(state, ops_of_scope(pending.segments, kind))
-        data.update(state)
-    return data
 
 
 def resplit(

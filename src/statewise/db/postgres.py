@@ -558,6 +558,11 @@ class PostgresDb(BaseDb):
         except psycopg.OperationalError as exc:  # (connecting failed)
             raise self._unavailable(exc) from exc
 
+    @property
+    def queues_rebased_commits(self) -> bool:
+        """With two connections or more: the rebase's reads need one of their own."""
+        return self.pool_size >= 2
+
     def commit_rebased(
         self,
         session_id: str,

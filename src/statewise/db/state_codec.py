@@ -63,6 +63,18 @@ class StateCodec:
             out[full] = value
         return out
 
+    def decode_ops(self, key: ScopeKey, raw_ops: Iterable[Mapping[str, Any]]) -> list[Op]:
+        """Stored ops of one scope as the merged state applies them: paths under the
+        merged state's names, a secret's encrypted value decrypted."""
+        prefix = SCOPE_PREFIX[key.kind]
+        out = []
+        for raw in raw_ops:
+            op = Op.from_json(dict(raw))
+            full = prefix + str(op.path[0])
+            value = self._decrypt(full, op.value) if is_encrypted(op.value) else op.value
+            out.append(Op(op=op.op, path=(full, *op.path[1:]), value=value, index=op.index))
+        return out
+
     def _decrypt(self, full: str, value: Any) -> Any:
         """Any agent decrypts what it finds encrypted (never encrypting it twice later); one
         that did not declare the key keeps the value as stored when it has no key."""

@@ -134,7 +134,8 @@ def _walk(doc: dict[str, Any], path: Path, verb: str, *, create: bool) -> Any:
                     f"cannot {verb} {format_path(path)}: index {key} is out of range "
                     f"for {format_path(path[:depth])}"
                 )
-            child = node[key] = {}
+            node[key] = {}
+            child = node[key]  # (a tracked tree stores its own tracked copy)
         elif not isinstance(child, dict | list):
             raise StateOpError(
                 f"cannot {verb} {format_path(path)}: {format_path(path[: depth + 1])} "
@@ -166,7 +167,8 @@ def _target_list(doc: dict[str, Any], op: Op, *, create: bool) -> list[Any] | No
             return None
         if not isinstance(parent, dict):
             raise StateOpError(f"cannot {op.op} {format_path(op.path)}: index out of range")
-        target = parent[key] = []
+        parent[key] = []
+        target = parent[key]  # (a tracked tree stores its own tracked copy)
     if not isinstance(target, list):
         prep = "to" if op.op in ("append", "extend") else "in" if op.op == "insert" else "from"
         raise StateOpError(
@@ -176,7 +178,8 @@ def _target_list(doc: dict[str, Any], op: Op, *, create: bool) -> list[Any] | No
 
 
 def apply_op(doc: dict[str, Any], op: Op) -> None:
-    """Apply one op to a plain JSON doc in place; values are copied, never aliased."""
+    """Apply one op to a JSON doc in place; values are copied, never aliased. On a
+    tracked tree the change is recorded like any other write."""
     kind = op.op
     path = op.path
     if kind == "set":

@@ -387,3 +387,44 @@ def test_a_cached_tree_far_behind_is_reloaded(tmp_path: Path) -> None:
     assert len(loads) == 1
     other.db.close()
     store.db.close()
+
+
+def test_a_catch_up_that_would_make_the_next_write_snapshot_reloads(tmp_path: Path) -> None:
+    """A cached tree counts the bytes its scope's tail grew by, to know when its next
+    write must snapshot; it cannot see a snapshot another writer took meanwhile. When the
+    count says "snapshot next", the scope is reloaded with its real sizes instead, so a
+    session many processes write is snapshotted once per snapshot's worth of deltas, not
+    once by each of them."""
+    from statewise.db.store import SNAPSHOT_MIN_BYTES
+
+    store, other = _store(tmp_path / "t.db"), _store(tmp_path / "t.db")
+    key = SPEC.scope_keys()[0]
+    with store.begin(SPEC) as txn:
+        _start(txn.state)
+        txn.commit(source="start")
+    with store.begin(SPEC):
+        pass
+    piece = "x" * (SNAPSHOT_MIN_BYTES // 3)
+    for i in range(2):  # a tail short of the threshold: caught up, not reloaded
+        with other.begin(SPEC) as theirs:
+            theirs.state[f"p{i}"] = piece
+            theirs.commit(source="other")
+    db: Any = store.db
+    loads: list[Any] = []
+    real_load = db.load_scopes
+    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+    with store.begin(SPEC) as txn:
+        assert txn.state["p1"] == piece
+    assert loads == []
+    for i in range(2, 4):  # the other writer snapshots as its tail passes the threshold
+        with other.begin(SPEC) as theirs:
+            theirs.state[f"p{i}"] = piece
+            theirs.commit(source="other")
+    with store.begin(SPEC) as txn:
+        assert txn.state["p3"] == piece
+        assert len(loads) == 1
+        stored = real_load([key])[key]
+        assert txn.working.sizes[key].tail_bytes == stored.tail_bytes
+        assert txn.working.sizes[key].snapshot_bytes == stored.snapshot_bytes > 0
+    other.db.close()
+    store.db.close()

@@ -383,6 +383,13 @@ class StateStore:
         ):
             self._reload(ws, stale)
             return
+        tail_bytes = _tail_bytes(tails)
+        if any(_snapshot_due(ws.sizes.get(key), n) for key, n in tail_bytes.items()):
+            # Our next write would snapshot on a count that misses any snapshot another
+            # writer took meanwhile: the reload reads the scope's real sizes (once per
+            # snapshot's worth of deltas, not every writer on every catch-up).
+            self._reload(ws, stale)
+            return
         theirs = {
             key.kind: self.codec.decode_ops(key, [raw for d in tails[key] for raw in d.ops])
             for key in stale
@@ -396,7 +403,7 @@ class StateStore:
                 scratch.undoer()()
                 self._reload(ws, stale)
                 return
-        _note_tails(ws, now, tails)
+        _note_tails(ws, now, tail_bytes)
 
     def _reload(self, ws: WorkingState, keys: Sequence[ScopeKey]) -> None:
         loaded = self.db.load_scopes(keys)
@@ -669,7 +676,7 @@ class StateStore:
             delta_bytes = len(segments_text)
             size = ws.sizes.setdefault(key, ScopeSizes())
             snapshot = None
-            if size.tail_bytes + delta_bytes > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES):
+            if _snapshot_due(size, delta_bytes):
                 snapshot = codec.encode_snapshot(ws.root, key, secrets)
             write = ScopeWrite(
                 key=key,
@@ -869,7 +876,7 @@ class StateStore:
                     undo_theirs()
                 raise
             pending.undo = scratch.undoer()
-        _note_tails(ws, versions, {key: tails[key] for key in moved})
+        _note_tails(ws, versions, _tail_bytes({key: tails[key] for key in moved}))
         pending.segments = resplit(pending.segments, rebased)
         return True
 
@@ -910,18 +917,28 @@ def _unrecorded(root: TrackedDict) -> Iterator[Recorder]:
         root.set_recorder(own)
 
 
+def _tail_bytes(tails: Mapping[ScopeKey, Sequence[DeltaRecord]]) -> dict[ScopeKey, int]:
+    """How many bytes each scope's tail grew by with `tails` (as its stored segments)."""
+    return {
+        key: sum(len(_codec.dumps([s.to_dict() for s in d.segments])) for d in deltas)
+        for key, deltas in tails.items()
+    }
+
+
+def _snapshot_due(size: ScopeSizes | None, more: int) -> bool:
+    """Whether a scope's next write snapshots it once its tail grows by `more` bytes."""
+    size = size or ScopeSizes()
+    return size.tail_bytes + more > max(size.snapshot_bytes, SNAPSHOT_MIN_BYTES)
+
+
 def _note_tails(
-    ws: WorkingState,
-    versions: Mapping[ScopeKey, int],
-    tails: Mapping[ScopeKey, Sequence[DeltaRecord]],
+    ws: WorkingState, versions: Mapping[ScopeKey, int], tail_bytes: Mapping[ScopeKey, int]
 ) -> None:
-    """The tree now holds `tails` (applied to it): it is at `versions` of those scopes."""
-    for key, deltas in tails.items():
+    """The tree now holds the tails of `tail_bytes` (applied to it): it is at `versions`
+    of those scopes, and their tails grew by that much."""
+    for key, grown in tail_bytes.items():
         ws.versions[key] = versions[key]
-        size = ws.sizes.setdefault(key, ScopeSizes())
-        size.tail_bytes += sum(
-            len(_codec.dumps([s.to_dict() for s in delta.segments])) for delta in deltas
-        )
+        ws.sizes.setdefault(key, ScopeSizes()).tail_bytes += grown
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -146,3 +147,53 @@ def test_a_commit_on_the_loop_with_the_server_gone_fails_clearly_and_writes_noth
             assert StateStore(direct).read_state(spec)[0] == {"items": ["a"]}
     finally:
         proxy.close()
+
+
+@pytest.mark.postgres
+def test_a_commit_on_the_loop_after_a_lost_race_queues_at_once(pg_url: str) -> None:
+    """Like a sync commit: once one of its commits lost a race, a writer's next commit
+    to the session skips the try it would lose and goes straight to the locked rebase."""
+    import psycopg
+
+    from statewise.db.postgres import PostgresDb
+
+    schema = f"sw_test_{secrets.token_hex(4)}"
+    try:
+        with PostgresDb(pg_url, schema=schema) as db:
+            store, other = StateStore(db), StateStore(db)
+            spec = SessionSpec(session_id="s1")
+            tried: list[int] = []
+            real_acommit = db.acommit
+
+            async def acommit(commit: Any) -> Any:
+                tried.append(len(commit.writes))
+                return await real_acommit(commit)
+
+            async def other_appends(item: str) -> None:
+                txn = await other.abegin(spec)
+                txn.state["items"].append(item)
+                await txn.commit(source="other")
+                txn.close()
+
+            async def main() -> None:
+                mine = await store.abegin(spec)
+                mine.state["items"] = []
+                await mine.commit(source="start")
+                db.acommit = acommit  # type: ignore[method-assign]
+                for i in range(3):
+                    await other_appends(f"theirs{i}")
+                    mine.state["items"].append(f"mine{i}")
+                    tried.clear()
+                    await mine.commit(source="tool")
+                    # The first tries (and loses); the next ones queue at once.
+                    assert tried == ([1] if i == 0 else []), (i, tried)
+                mine.close()
+
+            asyncio.run(main())
+            items = store.read_state(spec)[0]["items"]
+            assert sorted(items) == sorted(
+                [f"theirs{i}" for i in range(3)] + [f"mine{i}" for i in range(3)]
+            )
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -323,6 +323,15 @@ def test_a_strict_conflict_leaves_the_tree_as_stored_at_its_versions(tmp_path: P
     store.db.close()
 
 
+def _count_loads(store: StateStore) -> list[Any]:
+    """The scope keys of each `load_scopes` the store's database is asked for."""
+    db: Any = store.db
+    loads: list[Any] = []
+    real_load = db.load_scopes
+    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+    return loads
+
+
 def test_a_cached_tree_catches_up_on_the_other_writers_deltas(
     opener: Callable[[], StateStore],
 ) -> None:
@@ -331,7 +340,6 @@ def test_a_cached_tree_catches_up_on_the_other_writers_deltas(
     scope: no snapshot read, and the 10,000 items nobody touched stay the very objects
     they were. The tree is then what the database holds at its versions."""
     store, other = opener(), opener()
-    db: Any = store.db
     with store.begin(SPEC) as txn:
         _start(txn.state)
         txn.state["big"] = [{"i": i} for i in range(10_000)]
@@ -345,9 +353,7 @@ def test_a_cached_tree_catches_up_on_the_other_writers_deltas(
             theirs.state["token"] = f"secret-{i}"
             theirs.state["user:prefs"]["seen"].append(i)
             theirs.commit(source="other")
-    loads: list[Any] = []
-    real_load = db.load_scopes
-    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+    loads = _count_loads(store)
     with store.begin(SPEC) as txn:
         assert txn.state["big"] is big
         assert txn.state["items"][-3:] == ["theirs0", "theirs1", "theirs2"]
@@ -378,10 +384,7 @@ def test_a_cached_tree_far_behind_is_reloaded(tmp_path: Path) -> None:
         with other.begin(SPEC) as theirs:
             theirs.state["n"] += 1
             theirs.commit(source="other")
-    db: Any = store.db
-    loads: list[Any] = []
-    real_load = db.load_scopes
-    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+    loads = _count_loads(store)
     with store.begin(SPEC) as txn:
         assert txn.state["n"] == CATCH_UP_DELTAS + 1
     assert len(loads) == 1
@@ -409,10 +412,7 @@ def test_a_catch_up_that_would_make_the_next_write_snapshot_reloads(tmp_path: Pa
         with other.begin(SPEC) as theirs:
             theirs.state[f"p{i}"] = piece
             theirs.commit(source="other")
-    db: Any = store.db
-    loads: list[Any] = []
-    real_load = db.load_scopes
-    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+    loads = _count_loads(store)
     with store.begin(SPEC) as txn:
         assert txn.state["p1"] == piece
     assert loads == []
@@ -423,7 +423,7 @@ def test_a_catch_up_that_would_make_the_next_write_snapshot_reloads(tmp_path: Pa
     with store.begin(SPEC) as txn:
         assert txn.state["p3"] == piece
         assert len(loads) == 1
-        stored = real_load([key])[key]
+        stored = store.db.load_scopes([key])[key]
         assert txn.working.sizes[key].tail_bytes == stored.tail_bytes
         assert txn.working.sizes[key].snapshot_bytes == stored.snapshot_bytes > 0
     other.db.close()

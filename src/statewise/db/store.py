@@ -395,7 +395,7 @@ class StateStore:
             for key in stale
             if key in tails
         }
-        with _unrecorded(ws.root) as scratch:
+        with _unrecorded(ws) as scratch:
             try:
                 for ops in theirs.values():
                     apply_ops(ws.root, ops)
@@ -860,7 +860,7 @@ class StateStore:
             for key in moved
         }
         root = ws.root
-        with _unrecorded(root) as scratch:
+        with _unrecorded(ws) as scratch:
             pending.undo()
             pending.undo = None
             undo_theirs: Callable[[], None] | None = None
@@ -903,18 +903,17 @@ class StateStore:
 
 
 @contextmanager
-def _unrecorded(root: TrackedDict) -> Iterator[Recorder]:
+def _unrecorded(ws: WorkingState) -> Iterator[Recorder]:
     """Change the tree without recording: what happens inside is the other writers'
     ops (or ours again, rebased), not changes to commit. The recorder it yields holds
     their undo; reserved keys (`__ttl__`, ...) may be written."""
     scratch = Recorder()
-    own = root._recorder
-    root.set_recorder(scratch)
+    ws.root.set_recorder(scratch)
     try:
         with scratch.engine():
             yield scratch
     finally:
-        root.set_recorder(own)
+        ws.root.set_recorder(ws.recorder)
 
 
 def _tail_bytes(tails: Mapping[ScopeKey, Sequence[DeltaRecord]]) -> dict[ScopeKey, int]:

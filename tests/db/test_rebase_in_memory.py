@@ -328,7 +328,12 @@ def _count_loads(store: StateStore) -> list[Any]:
     db: Any = store.db
     loads: list[Any] = []
     real_load = db.load_scopes
-    db.load_scopes = lambda keys: loads.append(keys) or real_load(keys)
+
+    def load_scopes(keys: Any) -> Any:
+        loads.append(keys)
+        return real_load(keys)
+
+    db.load_scopes = load_scopes
     return loads
 
 

@@ -107,6 +107,26 @@ def test_equal_writes_from_one_base_are_recorded_conflicts_and_strict_raises() -
         rebase(after(base, theirs), theirs, other, Rules({"k": "strict"}))
 
 
+def test_an_equal_write_is_recorded_but_not_written_again() -> None:
+    """Two creators of one session set the same default state: the loser's rebase
+    records the conflict and writes nothing, instead of storing the whole value again.
+    A value equal only to Python (1, 1.0 and True) is written: its JSON differs."""
+    big = {"items": [{"i": i} for i in range(1_000)]}
+    theirs = run_writer({}, lambda s: s.__setitem__("doc", big))
+    same = run_writer({}, lambda s: s.__setitem__("doc", copy_json(big)))
+    latest = after({}, theirs)
+    result = rebase(latest, theirs, same, Rules())
+    assert result.ops == [] and latest == {"doc": big}
+    assert [c.rule for c in result.conflicts] == ["last_write_wins"]
+    for a, b in ((1, 1.0), (1, True), ([1], [1.0]), ({"x": 0}, {"x": False})):
+        theirs = run_writer({}, lambda s, a=a: s.__setitem__("k", a))
+        ours = run_writer({}, lambda s, b=b: s.__setitem__("k", b))
+        latest = after({}, theirs)
+        result = rebase(latest, theirs, ours, Rules())
+        assert [op.value for op in result.ops] == [b], (a, b)
+        assert repr(latest["k"]) == repr(b)
+
+
 def test_descendant_and_ancestor_overlaps() -> None:
     base = {"user": {"name": "a", "age": 1}}
     theirs = run_writer(base, lambda s: s["user"].__setitem__("name", "b"))

@@ -111,6 +111,19 @@ def _get(doc: Any, path: Path) -> Any:
     return node
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equal as JSON values, key order aside: 1, 1.0 and True differ, as their texts do."""
+    if a is b:
+        return True
+    if a != b:  # (the common answer, from one deep compare in C)
+        return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(_json_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return all(map(_json_equal, a, b))
+    return type(a) is type(b)
+
+
 def _force_set(doc: dict[str, Any], path: Path, value: Any) -> bool:
     """Set `path`, replacing whatever blocks it with dicts (LWW recreates). False when a
     list index on the way no longer exists."""
@@ -389,6 +402,11 @@ class _Rebase:
         )
 
     def write(self, path: Path, prior: Any, value: Any) -> bool:
+        if _json_equal(prior, value):
+            # The document already holds it (both sides wrote the same value, say a
+            # session's default state by two creators): writing it again would store
+            # the whole value once more for nothing. The conflict is still recorded.
+            return True
         if value is MISSING:
             op = Op(op="delete", path=path, prior=prior)
             apply_op(self.doc, op)

@@ -22,6 +22,7 @@ from statewise.db.records import (
     RunRecord,
     ScopeKey,
     SessionRecord,
+    applied_result,
     decode_commit_result,
 )
 from statewise.exceptions import StorageError, VersionConflict
@@ -75,8 +76,6 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
 def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     now = time.time()
     sql, params = commit_params(db._s, commit, now)
-    n_events = len(commit.events)
-    versions = {w.key: w.base_version + 1 for w in commit.writes}
     attempts = commit_attempts(db, commit)
     for attempt in range(1, attempts + 1):
         with db._connection() as conn:
@@ -90,12 +89,7 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
                     continue
                 last_seq = _landed(db, commit, now)
                 if last_seq is not None:
-                    return CommitResult(
-                        versions=versions,
-                        first_seq=last_seq - n_events + 1,
-                        last_seq=last_seq,
-                        committed_at=now,
-                    )
+                    return applied_result(commit, last_seq, now)
                 continue
         return _result(commit, row, now)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -242,14 +236,7 @@ def _result(commit: Commit, row: tuple[Any, ...] | None, now: float) -> CommitRe
     reply = str(row[0])
     if reply.startswith("R"):
         return decode_commit_result(commit, reply[1:], now)
-    last_seq = int(reply[1:].split("|", 1)[0])
-    n_events = len(commit.events)
-    return CommitResult(
-        versions={w.key: w.base_version + 1 for w in commit.writes},
-        first_seq=last_seq - n_events + 1,
-        last_seq=last_seq,
-        committed_at=now,
-    )
+    return applied_result(commit, int(reply[1:].split("|", 1)[0]), now)
 
 
 def _landed(db: PostgresDb, commit: Commit, now: float) -> int | None:

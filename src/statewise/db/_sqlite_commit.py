@@ -44,14 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from statewise.db import _codec
-from statewise.db.records import (
-    Commit,
-    CommitResult,
-    NewEvent,
-    ScopeKey,
-    ScopeWrite,
-    commit_result_tail,
-)
+from statewise.db.records import Commit, NewEvent, ScopeWrite, commit_result_tail
 
 WIDTH = 12
 """Values per row: `op` and c1..c11."""
@@ -196,14 +189,3 @@ def commit_rows(
             run.created_at or now, now,
         )  # fmt: skip
     return values
-
-
-def landed(commit: Commit, now: float, last_seq: int) -> CommitResult:
-    """The result of `commit` after its one statement landed with `last_seq`."""
-    versions: dict[ScopeKey, int] = {w.key: w.base_version + 1 for w in commit.writes}
-    return CommitResult(
-        versions=versions,
-        first_seq=last_seq - len(commit.events) + 1,
-        last_seq=last_seq,
-        committed_at=now,
-    )

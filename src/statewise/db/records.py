@@ -243,6 +243,17 @@ class CommitResult:
     replayed: bool = False  # the commit id had already landed: nothing was applied again
 
 
+def applied_result(commit: Commit, last_seq: int, committed_at: float) -> CommitResult:
+    """What `commit` landed as when it was applied now, leaving the session at `last_seq`:
+    each scope one version past the one it was based on, its events numbered up to it."""
+    return CommitResult(
+        versions={w.key: w.base_version + 1 for w in commit.writes},
+        first_seq=last_seq - len(commit.events) + 1,
+        last_seq=last_seq,
+        committed_at=committed_at,
+    )
+
+
 def encode_commit_result(versions: dict[ScopeKey, int], last_seq: int, n_events: int) -> str:
     """How a backend stores a commit's result next to its commit id (compact text)."""
     return str(last_seq) + commit_result_tail(versions, n_events)

@@ -57,6 +57,7 @@ from statewise.db.records import (
     ScopeKey,
     ScopeState,
     SessionRecord,
+    applied_result,
     decode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
@@ -359,13 +360,7 @@ class RedisDb(BaseDb):
             raise VersionConflict(
                 str(write.key), write.base_version, None if actual < 0 else actual
             )
-        last_seq = int(reply[1])
-        return CommitResult(
-            versions={w.key: w.base_version + 1 for w in commit.writes},
-            first_seq=last_seq - len(commit.events) + 1,
-            last_seq=last_seq,
-            committed_at=now,
-        )
+        return applied_result(commit, int(reply[1]), now)
 
     def _commit_args(self, commit: Commit, now: float) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of the COMMIT script; all encoding happens here, before any I/O."""

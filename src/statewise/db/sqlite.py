@@ -42,6 +42,7 @@ from statewise.db.records import (
     ScopeState,
     ScopeWrite,
     SessionRecord,
+    applied_result,
     decode_commit_result,
     encode_commit_result,
 )
@@ -896,7 +897,7 @@ class SqliteDb(BaseDb):
             if last_seq is None:
                 return None
             self._note_last_seq(session_id, last_seq)
-        return _sqlite_commit.landed(commit, now, last_seq)
+        return applied_result(commit, last_seq, now)
 
     def _send_one_statement(
         self, conn: sqlite3.Connection, values: list[Any], n_events: int

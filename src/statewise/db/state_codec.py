@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statewise.db.planning import SCOPE_PREFIX, scope_of
-from statewise.db.records import DeltaSegment, ScopeKey
+from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
 from statewise.exceptions import SecretsError
 from statewise.state.ops import Op
 from statewise.state.secrets import (
@@ -63,16 +63,17 @@ class StateCodec:
             out[full] = value
         return out
 
-    def decode_ops(self, key: ScopeKey, raw_ops: Iterable[Mapping[str, Any]]) -> list[Op]:
-        """Stored ops of one scope as the merged state applies them: paths under the
-        merged state's names, a secret's encrypted value decrypted."""
+    def decode_ops(self, key: ScopeKey, deltas: Iterable[DeltaRecord]) -> list[Op]:
+        """The ops of stored deltas of one scope, in order, as the merged state applies
+        them: paths under the merged state's names, a secret's encrypted value decrypted."""
         prefix = SCOPE_PREFIX[key.kind]
         out = []
-        for raw in raw_ops:
-            op = Op.from_json(dict(raw))
-            full = prefix + str(op.path[0])
-            value = self._decrypt(full, op.value) if is_encrypted(op.value) else op.value
-            out.append(Op(op=op.op, path=(full, *op.path[1:]), value=value, index=op.index))
+        for delta in deltas:
+            for raw in delta.ops:
+                op = Op.from_json(dict(raw))
+                full = prefix + str(op.path[0])
+                value = self._decrypt(full, op.value) if is_encrypted(op.value) else op.value
+                out.append(Op(op=op.op, path=(full, *op.path[1:]), value=value, index=op.index))
         return out
 
     def _decrypt(self, full: str, value: Any) -> Any:

@@ -390,11 +390,7 @@ class StateStore:
             # snapshot's worth of deltas, not every writer on every catch-up).
             self._reload(ws, stale)
             return
-        theirs = {
-            key.kind: self.codec.decode_ops(key, [raw for d in tails[key] for raw in d.ops])
-            for key in stale
-            if key in tails
-        }
+        theirs = {key.kind: self.codec.decode_ops(key, tails[key]) for key in stale if key in tails}
         with _unrecorded(ws) as scratch:
             try:
                 for ops in theirs.values():
@@ -811,12 +807,7 @@ class StateStore:
         latest_data: dict[str, Any] = {}
         for key in moved:
             theirs = self.codec.decode_ops(
-                key,
-                [
-                    raw
-                    for delta in self.db.read_deltas(key, after_version=ws.versions.get(key, 0))
-                    for raw in delta.ops
-                ],
+                key, self.db.read_deltas(key, after_version=ws.versions.get(key, 0))
             )
             latest = self.codec.decode_scope(key, loaded[key].data)
             ops = rebase_scope(key.kind, latest, theirs, pending, self.rules)
@@ -856,8 +847,7 @@ class StateStore:
             if not is_contiguous(ws.versions.get(key, 0), versions[key], tails.get(key, ())):
                 return False
         theirs: dict[str, list[Op]] = {
-            key.kind: self.codec.decode_ops(key, [raw for d in tails[key] for raw in d.ops])
-            for key in moved
+            key.kind: self.codec.decode_ops(key, tails[key]) for key in moved
         }
         root = ws.root
         with _unrecorded(ws) as scratch:

@@ -9,6 +9,7 @@ not JSON fails *at the write*, naming the path, instead of at commit time far aw
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import math
 import re
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from statewise.exceptions import StateSerializationError
+from statewise.state.gcpause import PAUSE_ITEMS, collector_paused
 
 Path = tuple[str | int, ...]
 """A location in state: `("user", "prefs", 2)` is `state['user']['prefs'][2]`."""
@@ -155,6 +157,9 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
         )
     if len(path) > MAX_DEPTH:
         raise _too_deep(path)
+    if (tp is list or tp is dict) and len(value) >= PAUSE_ITEMS and gc.isenabled():
+        with collector_paused():
+            return to_json_value(value, path)
     if tp is list:  # before the Mapping check, which is slow for a list
         out_list = list.copy(value)  # in C; the items that need it are replaced below
         for i, item in enumerate(out_list):
@@ -220,6 +225,11 @@ def copy_json(value: Any) -> Any:
     their raw storage is read directly, so no lazy wrapping is triggered.
     """
     tp = type(value)
+    if tp is not dict and tp is not list and not isinstance(value, (dict, list)):
+        return value
+    if len(value) >= PAUSE_ITEMS and gc.isenabled():
+        with collector_paused():
+            return copy_json(value)
     if tp is dict:
         return {
             k: v if type(v) in _SCALARS or type(v) is float else copy_json(v)
@@ -229,6 +239,4 @@ def copy_json(value: Any) -> Any:
         return [v if type(v) in _SCALARS or type(v) is float else copy_json(v) for v in value]
     if isinstance(value, dict):
         return {k: copy_json(v) for k, v in dict.items(value)}
-    if isinstance(value, list):
-        return [copy_json(v) for v in list.__iter__(value)]
-    return value
+    return [copy_json(v) for v in list.__iter__(value)]

@@ -544,3 +544,36 @@ def test_a_commit_on_the_loop_whose_caller_is_cancelled_is_still_recorded(
 
         asyncio.run(main())
         assert store.read_state(spec)[0] == {"items": ["a", "b"]}
+
+
+def test_array_parameters_are_sent_without_inspecting_their_elements(
+    pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg works out a plain list's array type from its elements on every execute;
+    the keys, versions and events a commit or a read sends are typed arrays instead."""
+    from psycopg.types.array import BaseListDumper
+
+    inspected: list[object] = []
+    original = BaseListDumper._find_list_element
+
+    def counting(self, items, format):  # type: ignore[no-untyped-def]
+        inspected.append(items)
+        return original(self, items, format)
+
+    monkeypatch.setattr(BaseListDumper, "_find_list_element", counting)
+    keys = [ScopeKey("session", "s1"), ScopeKey("user", "u1")]
+    with _db(pg_url, schema) as db:
+        write(db, "s1", setop("a", 0))
+        db.commit(_commit_ops(db, "s1"))
+        db.probe("s1", keys)
+        db.probe_tails("s1", dict.fromkeys(keys, 0))
+        db.load_scopes(keys)
+        db.read_scopes("s1", keys, {})
+
+        async def on_the_loop() -> None:
+            await db.acommit(_commit_ops(db, "s1"))
+            await db.aprobe("s1", keys)
+            await db.aread_scopes("s1", keys, {})
+
+        asyncio.run(on_the_loop())
+    assert inspected == []

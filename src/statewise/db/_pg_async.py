@@ -30,6 +30,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import PoolTimeout
 
+from statewise.db._pg_arrays import ADAPTERS
+
 T = TypeVar("T")
 _Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -118,7 +120,7 @@ class LoopConnections:
 
     async def _open(self, loop_set: _LoopSet) -> _Conn:
         conn = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, connect_timeout=self._connect_timeout
+            self._url, autocommit=True, connect_timeout=self._connect_timeout, context=ADAPTERS
         )
         with self._lock:
             closed = self._closed

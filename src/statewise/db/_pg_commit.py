@@ -13,6 +13,7 @@ from psycopg.pq import TransactionStatus
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
+from statewise.db._pg_arrays import BigintArray, TextArray
 from statewise.db.base import BaseDb, ProbedTails
 from statewise.db.records import (
     Commit,
@@ -49,17 +50,17 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
         now,
         commit.run_id,
         commit.step,
-        [w.key.kind for w in writes],
-        [w.key.id for w in writes],
-        [w.base_version for w in writes],
-        [w.segments_text for w in writes],
-        [_codec.dumps(w.conflicts) if w.conflicts else None for w in writes],
-        snapshots,
-        [w.delta_bytes for w in writes],
-        [len(t) if t is not None else 0 for t in snapshots],
-        [e.run_id for e in commit.events],
-        [e.type for e in commit.events],
-        [_codec.dumps(e.data) for e in commit.events],
+        TextArray([w.key.kind for w in writes]),
+        TextArray([w.key.id for w in writes]),
+        BigintArray([w.base_version for w in writes]),
+        TextArray([w.segments_text for w in writes]),
+        TextArray([_codec.dumps(w.conflicts) if w.conflicts else None for w in writes]),
+        TextArray(snapshots),
+        BigintArray([w.delta_bytes for w in writes]),
+        BigintArray([len(t) if t is not None else 0 for t in snapshots]),
+        TextArray([e.run_id for e in commit.events]),
+        TextArray([e.type for e in commit.events]),
+        TextArray([_codec.dumps(e.data) for e in commit.events]),
         run.run_id if run else None,
         run.status if run else None,
         run.agent_name if run else None,

@@ -44,6 +44,7 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
 from statewise.db import _codec
 from statewise.db import _pg_sql as Q
+from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
@@ -153,6 +154,7 @@ class PostgresDb(BaseDb):
         self._closed = False
         kwargs: dict[str, Any] = {
             "autocommit": True,
+            "context": ADAPTERS,
             "connect_timeout": max(1, round(connect_timeout)),
         }
         try:
@@ -307,7 +309,7 @@ class PostgresDb(BaseDb):
         row = self._read(
             lambda c: c.execute(
                 Q.probe_query(self._s),
-                (session_id, [k.kind for k in keys], [k.id for k in keys]),
+                (session_id, TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])),
             ).fetchone()
         )
         assert row is not None
@@ -321,10 +323,10 @@ class PostgresDb(BaseDb):
         self, conn: psycopg.Connection[Any], session_id: str, bases: Mapping[ScopeKey, int]
     ) -> ProbedTails:
         keys = list(bases)
-        kinds, ids = [k.kind for k in keys], [k.id for k in keys]
+        kinds, ids = TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])
         row = conn.execute(
             Q.probe_tails_query(self._s),
-            (session_id, kinds, ids, kinds, ids, [bases[k] for k in keys]),
+            (session_id, kinds, ids, kinds, ids, BigintArray([bases[k] for k in keys])),
         ).fetchone()
         assert row is not None
         record, versions = _probed(row, keys)
@@ -340,7 +342,8 @@ class PostgresDb(BaseDb):
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
         rows = self._read(
             lambda c: c.execute(
-                Q.load_query(self._s), ([k.kind for k in keys], [k.id for k in keys])
+                Q.load_query(self._s),
+                (TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])),
             ).fetchall()
         )
         found = {ScopeKey(r[0], r[1]): r[2:] for r in rows}
@@ -380,11 +383,11 @@ class PostgresDb(BaseDb):
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]
     ) -> tuple[str, tuple[Any, ...]]:
         if not keys:  # the session alone (`read_query` has a row per scope: none here)
-            return Q.probe_query(self._s), (session_id, [], [])
+            return Q.probe_query(self._s), (session_id, TextArray(), TextArray())
         return Q.read_query(self._s), (
-            [k.kind for k in keys],
-            [k.id for k in keys],
-            [held.get(k, -1) for k in keys],
+            TextArray([k.kind for k in keys]),
+            TextArray([k.id for k in keys]),
+            BigintArray([held.get(k, -1) for k in keys]),
             session_id,
         )
 

@@ -43,3 +43,26 @@ def test_probe_tails_of_a_missing_session(harness: Harness) -> None:
     assert record is None
     assert versions == {key: 0}
     assert tails == {}
+
+
+def test_probe_tails_with_a_limit_reads_at_most_that_many_deltas_per_scope(
+    harness: Harness,
+) -> None:
+    db = harness.db
+    store = StateStore(db)
+    spec = SessionSpec(session_id="tails-limit", user_id="u-limit", app_name="app-limit")
+    session, user, app = spec.scope_keys()
+    for n in range(6):
+        with store.begin(spec) as txn:
+            txn.state["n"] = n
+            txn.state["user:n"] = n
+            txn.commit(source=f"step{n}")
+    bases = {session: 1, user: 3, app: 0}
+    record, versions, tails = db.probe_tails(spec.session_id, bases, limit=2)
+    assert (record, versions) == db.probe(spec.session_id, list(bases))
+    assert versions == {session: 6, user: 6, app: 0}
+    assert [d.version for d in tails[session]] == [2, 3]  # the first two after the base
+    assert [d.version for d in tails[user]] == [4, 5]
+    assert app not in tails
+    _, _, whole = db.probe_tails(spec.session_id, bases, limit=10)
+    assert [d.version for d in whole[session]] == [2, 3, 4, 5, 6]

@@ -225,9 +225,9 @@ def test_in_memory_rebase_reads_no_snapshot(opener: Callable[[], StateStore]) ->
         reads.append("load_scopes")
         return real_load(keys)
 
-    def probe_tails(session_id: str, bases: Any) -> Any:
+    def probe_tails(session_id: str, bases: Any, **kwargs: Any) -> Any:
         reads.append("probe_tails")
-        return real_probe(session_id, bases)
+        return real_probe(session_id, bases, **kwargs)
 
     def commit_rebased(session_id: str, bases: Any, build: Any) -> Any:
         reads.append("commit_rebased")
@@ -431,5 +431,77 @@ def test_a_catch_up_that_would_make_the_next_write_snapshot_reloads(tmp_path: Pa
         stored = store.db.load_scopes([key])[key]
         assert txn.working.sizes[key].tail_bytes == stored.tail_bytes
         assert txn.working.sizes[key].snapshot_bytes == stored.snapshot_bytes > 0
+    other.db.close()
+    store.db.close()
+
+
+def _count_reads(store: StateStore) -> list[tuple[str, int | None]]:
+    """Each probe (`("probe", None)`) and `probe_tails` (with its limit) of the store's
+    database, and each `load_scopes` (`("load_scopes", None)`)."""
+    db: Any = store.db
+    reads: list[tuple[str, int | None]] = []
+    real_probe, real_tails, real_load = db.probe, db.probe_tails, db.load_scopes
+    inside: list[bool] = []  # (the generic probe_tails probes: count the call, not that)
+
+    def probe(session_id: str, keys: Any) -> Any:
+        if not inside:
+            reads.append(("probe", None))
+        return real_probe(session_id, keys)
+
+    def probe_tails(session_id: str, bases: Any, *, limit: int | None = None) -> Any:
+        reads.append(("probe_tails", limit))
+        inside.append(True)
+        try:
+            probed = real_tails(session_id, bases, limit=limit)
+        finally:
+            inside.pop()
+        assert limit is None or all(len(tail) <= limit for tail in probed[2].values())
+        return probed
+
+    def load_scopes(keys: Any) -> Any:
+        reads.append(("load_scopes", None))
+        return real_load(keys)
+
+    db.probe, db.probe_tails, db.load_scopes = probe, probe_tails, load_scopes
+    return reads
+
+
+def test_on_a_contended_session_checkout_probes_and_catches_up_in_one_read(
+    opener: Callable[[], StateStore],
+) -> None:
+    """Once a commit of ours lost a race on a session, other writers are at it: a run's
+    checkout reads the versions and what moved since its cached tree in one read
+    (`probe_tails` from the tree's versions), not a probe and then the tails. A tree
+    further behind than `CATCH_UP_DELTAS` reads that many deltas at most, then reloads."""
+    from statewise.db.store import CATCH_UP_DELTAS
+
+    store, other = opener(), opener()
+    with store.begin(SPEC) as txn:
+        _start(txn.state)
+        txn.commit(source="start")
+    with store.begin(SPEC) as mine:  # a lost race: the session is contended now
+        mine.state["n"] += 1
+        with other.begin(SPEC) as theirs:
+            theirs.state["n"] += 10
+            theirs.commit(source="other")
+        mine.commit(source="tool")
+    for i in range(3):
+        with other.begin(SPEC) as theirs:
+            theirs.state["items"].append(f"theirs{i}")
+            theirs.commit(source="other")
+    reads = _count_reads(store)
+    with store.begin(SPEC) as txn:
+        assert txn.state["items"][-3:] == ["theirs0", "theirs1", "theirs2"]
+        assert txn.state["n"] == 11
+    assert reads == [("probe_tails", CATCH_UP_DELTAS)]
+    reads.clear()
+    for _ in range(CATCH_UP_DELTAS + 1):
+        with other.begin(SPEC) as theirs:
+            theirs.state["n"] += 1
+            theirs.commit(source="other")
+    with store.begin(SPEC) as txn:
+        assert txn.state["n"] == 12 + CATCH_UP_DELTAS
+        assert txn.state["items"][-1] == "theirs2"
+    assert reads == [("probe_tails", CATCH_UP_DELTAS), ("load_scopes", None)]
     other.db.close()
     store.db.close()

@@ -276,8 +276,8 @@ def probe_query(s: str) -> str:
 
 
 def probe_tails_query(s: str) -> str:
-    """`probe_query`, plus the deltas of each scope after a given version as one JSON
-    array of [ordinal, version, session_id, run_id, step, segments, conflicts, created_at]:
+    """`probe_query`, plus the deltas of each scope after a given version (and up to a
+    given one) as one JSON array of [ordinal, version, session_id, run_id, step, segments, conflicts, created_at]:
     one statement, so the versions and the deltas come from one snapshot."""
     return f"""
         SELECT p.*, t.tails
@@ -286,10 +286,10 @@ def probe_tails_query(s: str) -> str:
             SELECT coalesce(json_agg(json_build_array(k.ord, dl.version, dl.session_id,
                        dl.run_id, dl.step, dl.segments, dl.conflicts, dl.created_at)
                        ORDER BY k.ord, dl.version), '[]'::json) AS tails
-            FROM unnest(%s::text[], %s::text[], %s::bigint[])
-                 WITH ORDINALITY AS k(kind, scope_id, after, ord)
+            FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[])
+                 WITH ORDINALITY AS k(kind, scope_id, after, upto, ord)
             JOIN {s}.deltas dl ON dl.kind = k.kind AND dl.scope_id = k.scope_id
-                 AND dl.version > k.after
+                 AND dl.version > k.after AND dl.version <= k.upto
         ) AS t
     """
 

@@ -223,13 +223,21 @@ class BaseDb(ABC):
 
     # ---- written once for every backend (a backend may override for fewer round trips) ----
 
-    def probe_tails(self, session_id: str, bases: Mapping[ScopeKey, int]) -> ProbedTails:
+    def probe_tails(
+        self, session_id: str, bases: Mapping[ScopeKey, int], *, limit: int | None = None
+    ) -> ProbedTails:
         """`probe`, with the deltas each scope got after its version in `bases` (up to
         the version probed; none for a scope that did not move): what a commit that lost
-        a race needs to rebase in memory."""
+        a race needs to rebase in memory. With `limit`, at most that many deltas per
+        scope, the first ones: a reader that would rather reload a scope far behind
+        does not read its whole history (it sees the tail stop short of the version)."""
         record, versions = self.probe(session_id, list(bases))
         tails = {
-            key: self.read_deltas(key, after_version=after, upto_version=versions[key])
+            key: self.read_deltas(
+                key,
+                after_version=after,
+                upto_version=versions[key] if limit is None else min(versions[key], after + limit),
+            )
             for key, after in bases.items()
             if versions[key] != after
         }

@@ -315,18 +315,25 @@ class PostgresDb(BaseDb):
         assert row is not None
         return _probed(row, keys)
 
-    def probe_tails(self, session_id: str, bases: Mapping[ScopeKey, int]) -> ProbedTails:
+    def probe_tails(
+        self, session_id: str, bases: Mapping[ScopeKey, int], *, limit: int | None = None
+    ) -> ProbedTails:
         """One round trip (see `BaseDb.probe_tails`)."""
-        return self._read(lambda c: self._probe_tails_on(c, session_id, bases))
+        return self._read(lambda c: self._probe_tails_on(c, session_id, bases, limit))
 
     def _probe_tails_on(
-        self, conn: psycopg.Connection[Any], session_id: str, bases: Mapping[ScopeKey, int]
+        self,
+        conn: psycopg.Connection[Any],
+        session_id: str,
+        bases: Mapping[ScopeKey, int],
+        limit: int | None = None,
     ) -> ProbedTails:
         keys = list(bases)
         kinds, ids = TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])
+        afters = BigintArray([bases[k] for k in keys])
+        uptos = BigintArray([bases[k] + (limit if limit is not None else 2**62) for k in keys])
         row = conn.execute(
-            Q.probe_tails_query(self._s),
-            (session_id, kinds, ids, kinds, ids, BigintArray([bases[k] for k in keys])),
+            Q.probe_tails_query(self._s), (session_id, kinds, ids, kinds, ids, afters, uptos)
         ).fetchone()
         assert row is not None
         record, versions = _probed(row, keys)

@@ -124,8 +124,9 @@ class StateStore:
         )
         self.cache = cache_for(db)
         self._registries: dict[str, tuple[int, frozenset[str]]] = {}
-        # Sessions whose last commit with writes lost a race, where the database queues
-        # rebased commits: their next commits queue at once (`_queues_at_once`).
+        # Sessions where a commit with writes lost a race lately: their checkouts probe
+        # and read what moved in one go (`_probe_contended`) and, where the database
+        # queues rebased commits, their commits queue at once (`_queues_at_once`).
         self._contended: set[str] = set()
 
     @property
@@ -293,14 +294,22 @@ class StateStore:
         if spec.user_id is not None:
             validate_id(spec.user_id, "user_id")
         keys = spec.scope_keys()
-        record, versions = self.db.probe(spec.session_id, keys)
-        owned = spec if record is None else owned_spec(spec, record)
-        if owned is not spec:
-            if owned.scope_keys() != keys:
-                spec, keys = owned, owned.scope_keys()
-                record, versions = self.db.probe(spec.session_id, keys)
-            spec = owned
-        cached = self.cache.take(spec.session_id)
+        cached = self.cache.take(spec.session_id) if spec.session_id in self._contended else None
+        probed = self._probe_contended(spec, cached)
+        if probed is not None:
+            spec, (record, versions, tails) = probed
+            keys = spec.scope_keys()
+        else:
+            tails = None
+            record, versions = self.db.probe(spec.session_id, keys)
+            owned = spec if record is None else owned_spec(spec, record)
+            if owned is not spec:
+                if owned.scope_keys() != keys:
+                    spec, keys = owned, owned.scope_keys()
+                    record, versions = self.db.probe(spec.session_id, keys)
+                spec = owned
+            if cached is None:
+                cached = self.cache.take(spec.session_id)
         recorder = Recorder()
         if cached is not None and cached.spec.scope_keys() == keys:
             stale = (
@@ -316,7 +325,7 @@ class StateStore:
             ws.clean = recorder.savepoint()
             ws.spec = spec
             if stale:
-                self._catch_up(ws, stale, versions)
+                self._catch_up(ws, stale, versions, tails)
             expire_keys(ws)
             return ws
         loaded = self.db.load_scopes(keys)
@@ -363,8 +372,36 @@ class StateStore:
             return
         self.cache.give(ws)
 
+    def _probe_contended(
+        self, spec: SessionSpec, cached: WorkingState | None
+    ) -> tuple[SessionSpec, ProbedTails] | None:
+        """On a session other writers keep moving (we lost a race on it lately), a cached
+        tree is nearly always behind at checkout: probe it and read what it misses in one
+        round trip (`probe_tails` from the tree's versions) instead of a probe, then the
+        tails. Bounded by `CATCH_UP_DELTAS`: a tree further behind is reloaded anyway.
+        None (probe as usual) without such a tree, or when the session's owner makes its
+        scopes other than the tree's."""
+        if cached is None:
+            return None
+        keys = cached.spec.scope_keys()
+        bases = {key: cached.versions.get(key, 0) for key in keys}
+        try:
+            probed = self.db.probe_tails(spec.session_id, bases, limit=CATCH_UP_DELTAS)
+        except BaseException:
+            self.cache.give(cached)  # (unchanged: as if never taken)
+            raise
+        record = probed[0]
+        owned = spec if record is None else owned_spec(spec, record)
+        if owned.scope_keys() != keys:
+            return None
+        return owned, probed
+
     def _catch_up(
-        self, ws: WorkingState, stale: Sequence[ScopeKey], versions: Mapping[ScopeKey, int]
+        self,
+        ws: WorkingState,
+        stale: Sequence[ScopeKey],
+        versions: Mapping[ScopeKey, int],
+        tails: Mapping[ScopeKey, Sequence[DeltaRecord]] | None = None,
     ) -> None:
         """Bring a cached tree up to what other writers landed since: their deltas
         applied to it (one read, O(change)), as the in-memory rebase does, or the stale
@@ -376,7 +413,9 @@ class StateStore:
         if any(not 0 < versions[key] - after <= CATCH_UP_DELTAS for key, after in bases.items()):
             self._reload(ws, stale)
             return
-        _record, now, tails = self.db.probe_tails(ws.spec.session_id, bases)
+        now: Mapping[ScopeKey, int] = versions
+        if tails is None:  # (else read with the versions, from the tree's: see checkout)
+            _record, now, tails = self.db.probe_tails(ws.spec.session_id, bases)
         if not all(
             now[key] > after and is_contiguous(after, now[key], tails.get(key, ()))
             for key, after in bases.items()
@@ -547,13 +586,16 @@ class StateStore:
         queue: 16 processes on one PostgreSQL session ran 186-190 runs/s trying first,
         218-219 queuing at once (same machine, alternating). Commits without writes
         cannot lose and always go straight to `commit`."""
-        return bool(attempt.commit.writes) and ws.spec.session_id in self._contended
+        return (
+            bool(attempt.commit.writes)
+            and ws.spec.session_id in self._contended
+            and self.db.queues_rebased_commits
+        )
 
     def _note_lost_race(self, ws: WorkingState) -> None:
-        if self.db.queues_rebased_commits:
-            if len(self._contended) >= CONTENDED_KEPT:
-                self._contended.clear()
-            self._contended.add(ws.spec.session_id)
+        if len(self._contended) >= CONTENDED_KEPT:
+            self._contended.clear()
+        self._contended.add(ws.spec.session_id)
 
     def _after_lost_race(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None

@@ -293,23 +293,15 @@ class StateStore:
         validate_id(spec.session_id, "session_id")
         if spec.user_id is not None:
             validate_id(spec.user_id, "user_id")
-        keys = spec.scope_keys()
         cached = self.cache.take(spec.session_id) if spec.session_id in self._contended else None
         probed = self._probe_contended(spec, cached)
         if probed is not None:
             spec, (record, versions, tails) = probed
-            keys = spec.scope_keys()
         else:
+            spec, record, versions = self._probe_owned(spec)
             tails = None
-            record, versions = self.db.probe(spec.session_id, keys)
-            owned = spec if record is None else owned_spec(spec, record)
-            if owned is not spec:
-                if owned.scope_keys() != keys:
-                    spec, keys = owned, owned.scope_keys()
-                    record, versions = self.db.probe(spec.session_id, keys)
-                spec = owned
-            if cached is None:
-                cached = self.cache.take(spec.session_id)
+            cached = cached or self.cache.take(spec.session_id)
+        keys = spec.scope_keys()
         recorder = Recorder()
         if cached is not None and cached.spec.scope_keys() == keys:
             stale = (
@@ -371,6 +363,18 @@ class StateStore:
             self.cache.drop(ws.spec.session_id)
             return
         self.cache.give(ws)
+
+    def _probe_owned(
+        self, spec: SessionSpec
+    ) -> tuple[SessionSpec, SessionRecord | None, dict[ScopeKey, int]]:
+        """The session's record and scope versions, and the spec with its owner's scopes
+        (probed again when the owner makes them other than `spec`'s)."""
+        keys = spec.scope_keys()
+        record, versions = self.db.probe(spec.session_id, keys)
+        owned = spec if record is None else owned_spec(spec, record)
+        if owned is not spec and owned.scope_keys() != keys:
+            record, versions = self.db.probe(spec.session_id, owned.scope_keys())
+        return owned, record, versions
 
     def _probe_contended(
         self, spec: SessionSpec, cached: WorkingState | None

@@ -5,6 +5,7 @@ it, in order, as `read_deltas` returns them; nothing for a scope that did not mo
 
 from __future__ import annotations
 
+from statewise.db import _codec
 from statewise.db.planning import SessionSpec
 from statewise.db.records import ScopeKey
 from statewise.db.store import StateStore
@@ -32,6 +33,10 @@ def test_probe_tails_is_probe_plus_the_deltas_after_each_base(harness: Harness) 
     for key in (session, user):
         expected = db.read_deltas(key, after_version=bases[key])
         assert [d.to_dict() for d in tails[key]] == [d.to_dict() for d in expected]
+        # Each delta knows its stored length: what the scope's tail grew by with it.
+        for delta in [*tails[key], *expected]:
+            encoded = _codec.dumps([segment.to_dict() for segment in delta.segments])
+            assert delta.stored_bytes == len(encoded)
     assert [d.version for d in tails[session]] == [3, 4, 5]
     assert tails[session][0].segments[0].source == "step2"
     assert tails[session][0].run_id == "r2" and tails[session][0].step == 2

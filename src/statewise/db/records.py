@@ -89,6 +89,9 @@ class DeltaRecord:
     segments: list[DeltaSegment]
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     created_at: float = 0.0
+    # The length of the segments' stored JSON text, when read from storage: what the
+    # scope's tail grew by with this delta (None when made otherwise, e.g. imported).
+    stored_bytes: int | None = field(default=None, compare=False)
 
     @property
     def ops(self) -> list[dict[str, Any]]:

@@ -25,6 +25,17 @@ def decode_segments(key: ScopeKey, version: int, text: str | bytes) -> list[Delt
         ) from exc
 
 
+def _segments_text(key: ScopeKey, version: int, raw: str | bytes) -> str:
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(
+            f"{key}: the delta at version {version} is corrupt ({exc})"
+        ) from exc
+
+
 def decode_delta_row(
     key: ScopeKey,
     version: int,
@@ -39,15 +50,17 @@ def decode_delta_row(
         decoded_conflicts = _codec.loads(conflicts) if conflicts else []
     except ValueError as exc:
         raise CorruptRecordError(f"{key}: conflicts at version {version} are corrupt") from exc
+    text = _segments_text(key, version, segments)
     return DeltaRecord(
         key=key,
         version=version,
         session_id=session_id,
         run_id=run_id,
         step=step,
-        segments=decode_segments(key, version, segments),
+        segments=decode_segments(key, version, text),
         conflicts=decoded_conflicts,
         created_at=created_at,
+        stored_bytes=len(text),
     )
 
 

@@ -953,9 +953,15 @@ def _unrecorded(ws: WorkingState) -> Iterator[Recorder]:
 
 
 def _tail_bytes(tails: Mapping[ScopeKey, Sequence[DeltaRecord]]) -> dict[ScopeKey, int]:
-    """How many bytes each scope's tail grew by with `tails` (as its stored segments)."""
+    """How many bytes each scope's tail grew by with `tails`: their stored segments'
+    length, as read (encoded again only for a delta that was not read from storage)."""
     return {
-        key: sum(len(_codec.dumps([s.to_dict() for s in d.segments])) for d in deltas)
+        key: sum(
+            d.stored_bytes
+            if d.stored_bytes is not None
+            else len(_codec.dumps([s.to_dict() for s in d.segments]))
+            for d in deltas
+        )
         for key, deltas in tails.items()
     }
 

@@ -16,24 +16,26 @@ from statewise.state.ops import Op, apply_op
 
 
 def decode_segments(key: ScopeKey, version: int, text: str | bytes) -> list[DeltaSegment]:
+    decoded = _segments_text(key, version, text)
     try:
-        raw = _codec.loads(text)
+        raw = _codec.loads(decoded)
         return [DeltaSegment(source=s["source"], ops=s["ops"]) for s in raw]
     except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptRecordError(
-            f"{key}: the delta at version {version} is corrupt ({exc})"
-        ) from exc
+        raise _corrupt_delta(key, version, exc) from exc
 
 
 def _segments_text(key: ScopeKey, version: int, raw: str | bytes) -> str:
+    """A delta's stored segments as text (a backend may hand over UTF-8 bytes)."""
     if isinstance(raw, str):
         return raw
     try:
         return raw.decode()
     except UnicodeDecodeError as exc:
-        raise CorruptRecordError(
-            f"{key}: the delta at version {version} is corrupt ({exc})"
-        ) from exc
+        raise _corrupt_delta(key, version, exc) from exc
+
+
+def _corrupt_delta(key: ScopeKey, version: int, exc: Exception) -> CorruptRecordError:
+    return CorruptRecordError(f"{key}: the delta at version {version} is corrupt ({exc})")
 
 
 def decode_delta_row(

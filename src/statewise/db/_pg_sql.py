@@ -277,8 +277,9 @@ def probe_query(s: str) -> str:
 
 def probe_tails_query(s: str) -> str:
     """`probe_query`, plus the deltas of each scope after a given version (and up to a
-    given one) as one JSON array of [ordinal, version, session_id, run_id, step, segments, conflicts, created_at]:
-    one statement, so the versions and the deltas come from one snapshot."""
+    given one) as one JSON array of [ordinal, version, session_id, run_id, step,
+    segments, conflicts, created_at]: one statement, so the versions and the deltas come
+    from one snapshot."""
     return f"""
         SELECT p.*, t.tails
         FROM ({probe_query(s)}) AS p

@@ -85,6 +85,12 @@ _LOCK_CLASS = 0x5357  # "SW": first key of the advisory lock, the schema's hash 
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
+def _key_arrays(keys: Sequence[ScopeKey]) -> tuple[TextArray, TextArray]:
+    """The kinds and the ids of `keys`, as the two `text[]` parameters every scope
+    query unnests side by side."""
+    return TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])
+
+
 def _probed(
     row: Sequence[Any], keys: Sequence[ScopeKey]
 ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
@@ -309,7 +315,7 @@ class PostgresDb(BaseDb):
         row = self._read(
             lambda c: c.execute(
                 Q.probe_query(self._s),
-                (session_id, TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])),
+                (session_id, *_key_arrays(keys)),
             ).fetchone()
         )
         assert row is not None
@@ -329,9 +335,10 @@ class PostgresDb(BaseDb):
         limit: int | None = None,
     ) -> ProbedTails:
         keys = list(bases)
-        kinds, ids = TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])
+        kinds, ids = _key_arrays(keys)
+        span = limit if limit is not None else 2**62  # (no limit: past any version)
         afters = BigintArray([bases[k] for k in keys])
-        uptos = BigintArray([bases[k] + (limit if limit is not None else 2**62) for k in keys])
+        uptos = BigintArray([bases[k] + span for k in keys])
         row = conn.execute(
             Q.probe_tails_query(self._s), (session_id, kinds, ids, kinds, ids, afters, uptos)
         ).fetchone()
@@ -347,12 +354,7 @@ class PostgresDb(BaseDb):
         return record, versions, tails
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
-        rows = self._read(
-            lambda c: c.execute(
-                Q.load_query(self._s),
-                (TextArray([k.kind for k in keys]), TextArray([k.id for k in keys])),
-            ).fetchall()
-        )
+        rows = self._read(lambda c: c.execute(Q.load_query(self._s), _key_arrays(keys)).fetchall())
         found = {ScopeKey(r[0], r[1]): r[2:] for r in rows}
         return {
             key: _scope_state(key, *found[key]) if key in found else ScopeState(key=key)
@@ -392,8 +394,7 @@ class PostgresDb(BaseDb):
         if not keys:  # the session alone (`read_query` has a row per scope: none here)
             return Q.probe_query(self._s), (session_id, TextArray(), TextArray())
         return Q.read_query(self._s), (
-            TextArray([k.kind for k in keys]),
-            TextArray([k.id for k in keys]),
+            *_key_arrays(keys),
             BigintArray([held.get(k, -1) for k in keys]),
             session_id,
         )

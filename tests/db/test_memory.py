@@ -130,3 +130,34 @@ def test_a_probed_session_record_copies_every_field_and_owns_its_metadata() -> N
     commit(db, NewEvent(type="note"))
     probed, _versions = db.probe("s", ())
     assert probed is not None and probed == db.get_session("s")
+
+
+def test_a_long_session_keeps_its_history_out_of_the_collectors_way() -> None:
+    """Each kept event and run is a row of strings and numbers, which the garbage
+    collector stops tracking once it has seen it: a long in-memory session must not make
+    every full collection walk its whole history (it added ~18 tracked objects a run)."""
+    import gc
+
+    db = InMemoryDb()
+    commit(db, NewEvent(type="start"))
+
+    def one_run(i: int) -> None:
+        run = RunRecord(
+            session_id="s",
+            run_id=f"r{i}",
+            input="go",
+            messages=[{"role": "user", "content": "go"}],
+            metrics={"tool_calls": 1},
+        )
+        commit(db, NewEvent(type="run_started", data={"n": i}), NewEvent(type="b"), run=run)
+
+    one_run(0)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(1, 1001):
+        one_run(i)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100  # not one per run
+    assert len(db.read_events("s")) == 1 + 2 * 1001 and len(db.read_runs("s")) == 1001
+    last = db.get_run("s", "r1000")
+    assert last is not None and last.messages == [{"role": "user", "content": "go"}]

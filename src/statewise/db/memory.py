@@ -6,7 +6,9 @@ commit and its run record's messages and metrics are encoded together, in one ca
 text is the check and the copy at once, and reads, which are rare next to commits, decode
 the batch they need. Keeping text rather than objects also keeps a long session's
 history out of the garbage collector's way (it traced every kept message on each full
-collection).
+collection): an event's row is a tuple of strings and numbers, which the collector stops
+tracking once it has seen it, and the rows of one commit share one batch by referring to
+the same string.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from statewise.db.records import (
     DeltaRecord,
     EventRecord,
     RunRecord,
+    RunStatus,
     ScopeKey,
     ScopeState,
     ScopeWrite,
@@ -53,41 +56,51 @@ class _Scope:
     )
 
 
-@dataclass(slots=True, eq=False)
-class _Batch:
-    """The JSON text of one commit's event data, a list in event order."""
-
-    text: str
-
-
+# The JSON text of one commit's event data (and its run's messages and metrics): a list
+# in event order, shared by that commit's rows.
+_Batch = str
 # seq, run_id, type, the batch holding its data, its index there, created_at
 _EventRow = tuple[int, str | None, str, _Batch, int, float]
-# a run's scalar fields (messages and metrics left empty), and where its messages and
-# metrics are: a batch and an index (None: both empty)
-_RunRow = tuple[RunRecord, tuple[_Batch, int] | None]
+# A run's own fields (run_id, status, agent_name, input, content, error, created_at,
+# updated_at), and where its messages and metrics are: a batch and an index (no batch:
+# both empty). Strings and numbers only, like an event's row.
+_RunRow = tuple[
+    str, RunStatus, str | None, str | None, str | None, str | None, float, float, _Batch | None, int
+]
 
 
-def _without_body(run: RunRecord) -> RunRecord:
-    """A copy of `run`'s own fields, messages and metrics left empty (they are kept as
-    JSON text beside it). Written out rather than `dataclasses.replace`, which walks the
-    fields and costs more than the rest of storing a run; a test checks no field is
-    missed."""
-    return RunRecord(
-        session_id=run.session_id,
-        run_id=run.run_id,
-        status=run.status,
-        agent_name=run.agent_name,
-        input=run.input,
-        content=run.content,
-        error=run.error,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
+def _run_row(
+    run: RunRecord,
+    created_at: float,
+    updated_at: float,
+    body: _Batch | None,
+    index: int,
+    origin: _RunRow | None = None,
+) -> _RunRow:
+    """`run` as a stored row; with `origin` (the run's row stored before), that row's
+    agent_name, input and created_at stay, as SQL's upsert keeps them. Written out rather
+    than walking the dataclass's fields, which costs more than the rest of storing a run;
+    a test checks no field is missed."""
+    agent_name, input_ = run.agent_name, run.input
+    if origin is not None:
+        agent_name, input_, created_at = origin[2], origin[3], origin[6]
+    return (
+        run.run_id,
+        run.status,
+        agent_name,
+        input_,
+        run.content,
+        run.error,
+        created_at,
+        updated_at,
+        body,
+        index,
     )
 
 
 def _copy_session(record: SessionRecord) -> SessionRecord:
     """A copy of a stored session record (its metadata its own), written out as
-    `_without_body` is; a test checks no field is missed."""
+    `_run_row` is; a test checks no field is missed."""
     return SessionRecord(
         session_id=record.session_id,
         user_id=record.user_id,
@@ -102,21 +115,24 @@ def _copy_session(record: SessionRecord) -> SessionRecord:
 
 def _run_out(session_id: str, row: _RunRow) -> RunRecord:
     """A stored run as a new record of its own."""
-    stored, body = row
-    out = _without_body(stored)
+    run_id, status, agent_name, input_, content, error, created_at, updated_at, body, index = row
+    out = RunRecord(
+        session_id=session_id,
+        run_id=run_id,
+        status=status,
+        agent_name=agent_name,
+        input=input_,
+        content=content,
+        error=error,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
     if body is not None:
-        batch, index = body
         try:
-            out.messages, out.metrics = _codec.loads(batch.text)[index]
+            out.messages, out.metrics = _codec.loads(body)[index]
         except ValueError as exc:
-            raise CorruptRecordError(
-                f"session {session_id!r}: run {stored.run_id!r} is not JSON"
-            ) from exc
+            raise CorruptRecordError(f"session {session_id!r}: run {run_id!r} is not JSON") from exc
     return out
-
-
-def _batch(data: list[Any]) -> _Batch:
-    return _Batch(_codec.dumps(data))
 
 
 class InMemoryDb(BaseDb):
@@ -206,7 +222,7 @@ class InMemoryDb(BaseDb):
             if body:
                 assert run is not None
                 payload.append((run.messages, run.metrics))
-            batch = _Batch(_codec.dumps(payload))
+            batch = _codec.dumps(payload)
             conflicts_texts: Sequence[str | None] = ()
             snapshots: Sequence[str | None] = ()
             if writes:  # (a run's start and end commits usually write no state)
@@ -235,19 +251,17 @@ class InMemoryDb(BaseDb):
                 ]
             )
             if run is not None:
-                run_copy = _without_body(run)
                 runs = self._runs.get(sid)
                 if runs is None:
                     runs = self._runs[sid] = {}
-                previous = runs.get(run_copy.run_id)
-                if previous is not None:  # as SQL's upsert: the run's origin stays as created
-                    origin = previous[0]
-                    run_copy.created_at = origin.created_at
-                    run_copy.agent_name, run_copy.input = origin.agent_name, origin.input
-                else:
-                    run_copy.created_at = run_copy.created_at or now
-                run_copy.updated_at = now
-                runs[run_copy.run_id] = (run_copy, (batch, len(events)) if body else None)
+                runs[run.run_id] = _run_row(
+                    run,
+                    run.created_at or now,
+                    now,
+                    batch if body else None,
+                    len(events),
+                    runs.get(run.run_id),
+                )
             if commit_id:
                 # (The result is kept as it is: nothing changes `versions` afterwards.)
                 if ids is None:
@@ -349,7 +363,7 @@ class InMemoryDb(BaseDb):
             data = decoded.get(id(batch))
             if data is None:
                 try:
-                    data = decoded[id(batch)] = _codec.loads(batch.text)
+                    data = decoded[id(batch)] = _codec.loads(batch)
                 except ValueError as exc:
                     raise CorruptRecordError(
                         f"session {session_id!r}: event {seq} is not JSON"
@@ -373,7 +387,7 @@ class InMemoryDb(BaseDb):
             rows = [
                 row
                 for row in self._runs.get(session_id, {}).values()
-                if status is None or row[0].status == status
+                if status is None or row[1] == status
             ]
         if limit is not None:
             rows = rows[-limit:] if limit else []
@@ -466,11 +480,12 @@ class InMemoryDb(BaseDb):
                         d.created_at,
                     )
                     scope.version = max(scope.version, d.version)
-            batch = _batch([e.data for e in events])
+            batch = _codec.dumps([e.data for e in events])
             self._events[session.session_id] = [
                 (e.seq, e.run_id, e.type, batch, i, e.created_at) for i, e in enumerate(events)
             ]
-            bodies = _batch([(r.messages, r.metrics) for r in runs])
+            bodies = _codec.dumps([(r.messages, r.metrics) for r in runs])
             self._runs[session.session_id] = {
-                r.run_id: (_without_body(r), (bodies, i)) for i, r in enumerate(runs)
+                r.run_id: _run_row(r, r.created_at, r.updated_at, bodies, i)
+                for i, r in enumerate(runs)
             }

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from statewise.db.base import BaseDb
-from statewise.db.memory import InMemoryDb, _Batch
+from statewise.db.memory import InMemoryDb
 from statewise.db.records import ScopeKey
 from statewise.db.sqlite import SqliteDb
 from statewise.db.testing import CorruptTarget, Harness
@@ -59,10 +59,10 @@ class MemoryHarness(Harness):
             elif target == "event":
                 events = db._events[_need(session_id, "session_id")]
                 i = next(i for i, row in enumerate(events) if row[0] == int(at))
-                events[i] = (*events[i][:3], _Batch(GARBAGE), 0, events[i][5])
+                events[i] = (*events[i][:3], GARBAGE, 0, events[i][5])
             else:
                 runs = db._runs[_need(session_id, "session_id")]
-                runs[str(at)] = (runs[str(at)][0], (_Batch(GARBAGE), 0))
+                runs[str(at)] = (*runs[str(at)][:8], GARBAGE, 0)
 
 
 class SqliteHarness(Harness):

@@ -291,7 +291,7 @@ def main() -> None:
     at_100: list[list[float]] = [[] for _ in sides]
     at_500: list[list[float]] = [[] for _ in sides]
     floors: list[float] = []
-    for r in range(2 if args.quick else 3):
+    for r in range(2 if args.quick else 5):
         session = f"long-{r}"
         for i, side in enumerate(sides):
             at_100[i].append(side("persisted", session, 90, 10))

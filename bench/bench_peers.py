@@ -47,6 +47,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,20 @@ class Framework:
 # ---- driving ----------------------------------------------------------------------------
 
 
+@dataclass
+class Row:
+    """One measure: each side's figure, how to print one, and its goal. `floor`, for a
+    persisted run: the bare commits' time, printed with each side's time over it.
+    `compared`: whether Agno's figure over statewise's means anything (not for ratios)."""
+
+    label: str
+    values: list[float]
+    fmt: Callable[[float], str]
+    goal: str = ""
+    floor: float | None = None
+    compared: bool = True
+
+
 def interleaved(sides: list[Any], measure: Callable[[Any], float], rounds: int) -> list[float]:
     """Each side's median of `rounds` measurements, taken in alternation."""
     results: list[list[float]] = [[] for _ in sides]
@@ -257,34 +272,28 @@ def main() -> None:
     counter.run("go", session_id="count")
     commits = commits_per_run(counter, "count")
     floor = BareCommits(work / "floor.db", commits)
-    console = Console(width=190)
-    # label -> (each side's figure, the floor's or None, how to print one, goal)
-    rows: list[tuple[str, list[float], float | None, Callable[[float], str], str]] = []
+    console = Console(width=230)
+    rows: list[Row] = []
 
     def ms(v: float) -> str:
         return f"{v * 1e3:.3f} ms"
 
+    def times_small(v: float) -> str:
+        return f"{v:.2f}x the 100-item run"
+
     # Construction.
     construct = interleaved(sides, lambda s: s("construct", 2000), rounds)
-    rows.append(
-        ("construct an agent with one tool", construct, None, lambda v: f"{v * 1e6:.1f} µs", "")
-    )
+    rows.append(Row("construct an agent with one tool", construct, lambda v: f"{v * 1e6:.1f} µs"))
     memory = [float(s("construct_peak")) for s in sides]
     rows.append(
-        (
-            "  tracemalloc peak of one construction",
-            memory,
-            None,
-            lambda v: f"{v / 1024:.1f} KiB",
-            "",
-        )
+        Row("  tracemalloc peak of one construction", memory, lambda v: f"{v / 1024:.1f} KiB")
     )
 
     # In-memory runs (no database).
     in_memory = interleaved(sides, lambda s: s("in_memory", 50), rounds)
-    rows.append(("in-memory run", in_memory, None, ms, "statewise >= 6x faster"))
+    rows.append(Row("in-memory run", in_memory, ms, "statewise >= 6x faster"))
     in_memory_cpu = interleaved(sides, lambda s: s("in_memory_cpu", 50), rounds)
-    rows.append(("  the same, CPU time", in_memory_cpu, None, ms, ""))
+    rows.append(Row("  the same, CPU time", in_memory_cpu, ms))
 
     # Persisted runs at 91-100 and 491-500 of one session, on fresh sessions per round,
     # with a chunk of the floor timed beside each side's.
@@ -304,34 +313,31 @@ def main() -> None:
             assert count == 500, f"{side.name} holds {count} items after 500 runs"
     bare = statistics.median(floors)
     for label, values, goal in (
-        ("persisted run (SQLite), runs 91-100", at_100, "statewise >= 5x faster"),
+        ("persisted run (SQLite), runs 91-100", at_100, "statewise >= 5x faster, <= 1.25x floor"),
         ("persisted run (SQLite), runs 491-500", at_500, "statewise >= 8x faster"),
     ):
-        rows.append((label, [statistics.median(v) for v in values], bare, ms, goal))
+        rows.append(Row(label, [statistics.median(v) for v in values], ms, goal, floor=bare))
 
     # 100,000 items (~10 MB) in state: each of the first 5 runs after the write, against a
     # run on a session holding 100 items.
     big_runs = [side("big_state", big_items) for side in sides]
     first_five = [runs for runs, _, _ in big_runs]
     small_runs = [small for _, small, _ in big_runs]
-    label = f"{big_items:,} items in state: worst of the first 5 runs after the write"
-    times_small: Callable[[float], str] = lambda v: f"{v:.2f}x the 100-item run"  # noqa: E731
     rows.append(
-        (
-            label,
+        Row(
+            f"{big_items:,} items in state: worst of the first 5 runs after the write",
             [max(f) / s for f, s in zip(first_five, small_runs, strict=True)],
-            None,
             times_small,
             "statewise <= 1.5x",
+            compared=False,
         )
     )
     rows.append(
-        (
+        Row(
             f"  control: the 100-item run right after an unrelated json.dumps of the {big_items:,} items",
             [cold / small for _, small, cold in big_runs],
-            None,
             times_small,
-            "",
+            compared=False,
         )
     )
     for side in sides:
@@ -344,18 +350,20 @@ def main() -> None:
     if has_agno:
         table.add_column("Agno / statewise", justify="right")
     table.add_column(f"floor: {commits} bare commits", justify="right")
+    table.add_column("statewise / floor", justify="right")
     if has_agno:
         table.add_column("Agno / floor", justify="right")
     table.add_column("goal")
-    for label, values, bare_time, fmt, goal in rows:
-        cells = [fmt(v) for v in values]
-        ratio = fmt is not times_small
+    for row in rows:
+        values = row.values
+        cells = [row.fmt(v) for v in values]
         if has_agno:
-            cells.append(f"{values[1] / values[0]:.1f}x" if ratio else "")
-        cells.append(ms(bare_time) if bare_time is not None else "")
-        if has_agno:
-            cells.append(f"{values[1] / bare_time:.1f}x" if bare_time is not None else "")
-        table.add_row(label, *cells, goal)
+            cells.append(f"{values[1] / values[0]:.1f}x" if row.compared else "")
+        if row.floor is None:
+            cells += ["", ""] + ([""] if has_agno else [])
+        else:
+            cells += [ms(row.floor)] + [f"{v / row.floor:.2f}x" for v in values]
+        table.add_row(row.label, *cells, row.goal)
     console.print(table)
     if not has_agno:
         console.print("Agno is not installed here; see this file's docstring to compare.")

@@ -1,6 +1,9 @@
 """The Agno side of `bench_peers.py`: the same one-tool agent, on Agno 3.1.10.
 
 Imported only by the process that runs Agno, so the statewise process never loads it.
+Agno's telemetry is off (`telemetry=False`): by default each run queues a report to
+Agno's servers for a background thread, which here would reach for the network and
+spend CPU that statewise, sending nothing, does not.
 """
 
 from __future__ import annotations
@@ -69,12 +72,16 @@ class Agno:
         self.db = AgnoSqliteDb(db_file=str(work / "agno.db"))
         self.agent = self.construct()
         self.memory_agent = AgnoAgent(
-            model=self.model, tools=[agno_add], session_state={"items": []}
+            model=self.model, tools=[agno_add], session_state={"items": []}, telemetry=False
         )
 
     def construct(self) -> Any:
         return AgnoAgent(
-            model=self.model, tools=[agno_add], db=self.db, session_state={"items": []}
+            model=self.model,
+            tools=[agno_add],
+            db=self.db,
+            session_state={"items": []},
+            telemetry=False,
         )
 
     def run(self, session_id: str) -> None:
@@ -85,7 +92,11 @@ class Agno:
 
     def write_big(self, session_id: str, items: list[Any]) -> None:
         writer = AgnoAgent(
-            model=self.model, tools=[agno_add], db=self.db, session_state={"items": items}
+            model=self.model,
+            tools=[agno_add],
+            db=self.db,
+            session_state={"items": items},
+            telemetry=False,
         )
         writer.run("go", session_id=session_id)
 

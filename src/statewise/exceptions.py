@@ -38,6 +38,7 @@
         ├── UnknownToolError
         ├── RunNotFoundError          the session has no run with that id
         ├── RunNotPausedError         continuing a run that is not paused (or was continued)
+        ├── RunTimeoutError           a run passed its `run_timeout` (also a TimeoutError)
         └── InvalidApprovalError      approvals that do not answer a paused run's tool calls
 
 Errors a model can act on (a tool that raises, bad tool arguments, an unknown tool) never
@@ -260,6 +261,10 @@ class RunNotPausedError(RunError):
     def __init__(self, message: str, status: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RunTimeoutError(RunError, TimeoutError):
+    """A run passed its deadline (`run_timeout=`); the run is recorded as failed."""
 
 
 class InvalidApprovalError(RunError, ValueError):

@@ -22,6 +22,7 @@ from statewise.models.registry import infer_model
 from statewise.run.callbacks import Callbacks, as_callbacks
 from statewise.run.checkpoints import CommitPoints
 from statewise.run.context import RunContext
+from statewise.run.deadline import check_run_timeout
 from statewise.run.driver import RunRequest, drive_run
 from statewise.run.emit import Emit, events_of
 from statewise.run.events import RunEvent
@@ -82,6 +83,7 @@ class Agent(SessionOwner):
         after_tool_callback: Callback = None,
         debug_mode: bool = False,
         strict_templates: bool = False,
+        run_timeout: float | None = None,
     ) -> None:
         self.model: Model | None = infer_model(model) if model is not None else None
         self.name = name
@@ -114,6 +116,9 @@ class Agent(SessionOwner):
         self.max_steps = max_steps
         self.debug_mode = debug_mode
         self.strict_templates = strict_templates
+        # Seconds a run (or a continuation) may take (None: no limit); past them it ends
+        # `failed` with the reason.
+        self.run_timeout = check_run_timeout(run_timeout)
         given = (
             before_agent_callback,
             after_agent_callback,
@@ -251,6 +256,7 @@ class Agent(SessionOwner):
         user_id: str | None,
         session_state: Mapping[str, Any] | None,
         stream: bool,
+        run_timeout: float | None = None,
     ) -> RunRequest:
         spec = self._spec(session_id, user_id)
         # The agent continues with the session it last ran, as Agno's does.
@@ -265,7 +271,14 @@ class Agent(SessionOwner):
             overwrite=self.overwrite_db_session_state,
             history_runs=self.num_history_runs if self.add_history_to_context else None,
             stream=stream,
+            run_timeout=self._run_timeout(run_timeout),
         )
+
+    def _run_timeout(self, per_run: float | None) -> float | None:
+        """A run's deadline in seconds: its own `run_timeout=`, else the agent's."""
+        if per_run is None:
+            return self.run_timeout
+        return check_run_timeout(per_run)
 
     def _output(
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
@@ -289,6 +302,7 @@ class Agent(SessionOwner):
         approvals: Mapping[str, Any] | None,
         stream: bool,
         client_tools: Sequence[ToolDefinition],
+        run_timeout: float | None = None,
     ) -> Callable[[Emit | None], Coroutine[Any, Any, RunOutput]]:
         """The continuation, started with where its events go (None: nowhere)."""
         validate_id(run_id, "run_id")
@@ -298,6 +312,7 @@ class Agent(SessionOwner):
             approvals=approvals,
             history_runs=self.num_history_runs if self.add_history_to_context else None,
             stream=stream,
+            run_timeout=self._run_timeout(run_timeout),
         )
         rt, store = self._runtime(client_tools=client_tools), self._store
         return lambda emit: drive_continue(rt, store, request, emit)
@@ -309,6 +324,7 @@ class Agent(SessionOwner):
         session_id: str | None = None,
         approvals: Mapping[str, Any] | None = None,
         client_tools: Sequence[ToolDefinition] = (),
+        run_timeout: float | None = None,
     ) -> RunOutput:
         """Continue a paused run (`output.status == "paused"`), here or in any other
         process, with the session's state as it is now.
@@ -319,7 +335,7 @@ class Agent(SessionOwner):
         edited arguments, `Approval(result="...")` answers a client-side tool. A paused
         run is continued once: a second continue raises `RunNotPausedError`.
         """
-        start = self._continue(run_id, session_id, approvals, False, client_tools)
+        start = self._continue(run_id, session_id, approvals, False, client_tools, run_timeout)
         return run_sync(start(None))
 
     async def acontinue_run(
@@ -330,9 +346,10 @@ class Agent(SessionOwner):
         approvals: Mapping[str, Any] | None = None,
         stream: bool = False,
         client_tools: Sequence[ToolDefinition] = (),
+        run_timeout: float | None = None,
     ) -> Any:
         """`continue_run` for async callers; with `stream=True`, the events."""
-        start = self._continue(run_id, session_id, approvals, stream, client_tools)
+        start = self._continue(run_id, session_id, approvals, stream, client_tools, run_timeout)
         if stream:
             return events_of(start)
         return await start(None)
@@ -352,6 +369,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
         client_tools: Sequence[ToolDefinition] = ...,
+        run_timeout: float | None = ...,
     ) -> RunOutput: ...
     @overload
     async def arun(
@@ -363,6 +381,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[True],
         client_tools: Sequence[ToolDefinition] = ...,
+        run_timeout: float | None = ...,
     ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
@@ -374,11 +393,13 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         client_tools: Sequence[ToolDefinition] = (),
+        run_timeout: float | None = None,
     ) -> RunOutput | AsyncIterator[RunEvent]:
         """Run the agent once. `client_tools` are tools the caller's client runs (an AG-UI
         frontend's): when the model calls one, the run pauses with the call pending until
-        `acontinue_run(..., approvals={call_id: Approval(result=...)})`."""
-        request = self._request(input, session_id, user_id, session_state, stream)
+        `acontinue_run(..., approvals={call_id: Approval(result=...)})`. `run_timeout`
+        (seconds) overrides the agent's for this run."""
+        request = self._request(input, session_id, user_id, session_state, stream, run_timeout)
         if stream:
             return self._events(request, client_tools)
         return await self._output(request, client_tools)
@@ -392,6 +413,7 @@ class Agent(SessionOwner):
         user_id: str | None = ...,
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
+        run_timeout: float | None = ...,
     ) -> RunOutput: ...
     @overload
     def run(
@@ -402,6 +424,7 @@ class Agent(SessionOwner):
         user_id: str | None = ...,
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[True],
+        run_timeout: float | None = ...,
     ) -> Iterator[RunEvent]: ...
 
     def run(
@@ -412,9 +435,11 @@ class Agent(SessionOwner):
         user_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
+        run_timeout: float | None = None,
     ) -> RunOutput | Iterator[RunEvent]:
-        """Run the agent once on a session; works inside a running event loop too."""
-        request = self._request(input, session_id, user_id, session_state, stream)
+        """Run the agent once on a session; works inside a running event loop too.
+        `run_timeout` (seconds) overrides the agent's for this run."""
+        request = self._request(input, session_id, user_id, session_state, stream, run_timeout)
         if stream:
             return iterate_sync(self._events(request))
         return run_sync(self._output(request))

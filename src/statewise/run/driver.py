@@ -12,7 +12,6 @@ run as failed.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -29,11 +28,12 @@ from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
 from statewise.run.emit import Emit
 from statewise.run.events import RunCompleted, RunStarted, StateChanged
+from statewise.run.lifecycle import RunLifecycle
 from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import SCOPE_KEY, RunScope
+from statewise.run.scope import RunScope
 from statewise.state.jsonvalue import text_problem, to_json_value
 from statewise.state.reserved import check_writable
 from statewise.state.tracked import TrackedDict
@@ -48,6 +48,7 @@ class RunRequest:
     overwrite: bool = False
     history_runs: int | None = None
     stream: bool = False
+    run_timeout: float | None = None  # seconds; past them the run ends `failed`
     # A durable engine's run (`run.checkpoints`): its id, and its commit points' steps.
     run_id: str | None = None
     points: CommitPoints | None = None
@@ -114,39 +115,24 @@ async def drive_run(
     if points is not None:
         # Nobody could continue a paused durable run inside the engine's workflow.
         rt = dataclasses.replace(rt, allow_pause=False)
-    txn = await store.abegin(spec)
-    working = txn.working
     run_id = request.run_id or new_id()
-    ctx = RunContext(
-        run_id=run_id,
-        session_id=spec.session_id,
-        user_id=spec.user_id,
-        agent=rt.agent,
-        agent_name=rt.name,
-        _working=working,
-        _store=store,
-        _txn=txn,
-    )
-    scope = RunScope(txn=txn, run_id=run_id, durable=points is not None)
-    if points is not None:
-        ctx.metadata[SCOPE_KEY] = scope  # team members commit under the run's commit ids
-    metrics = RunMetrics()
-    ctx.metadata[METRICS_KEY] = metrics  # nested runs (team members) count in this run
     record = RunRecord(
         session_id=spec.session_id, run_id=run_id, agent_name=rt.name, input=request.input
     )
-    keep = True
-    observed = _observe.run_started(
-        ctx,
-        scope,
+    metrics = RunMetrics()  # nested runs (team members) count in this run
+    async with RunLifecycle(
+        store=store,
+        spec=spec,
+        record=record,
+        agent=rt.agent,
         kind=getattr(rt.agent, "_kind", "agent"),
-        name=rt.name,
-        session_id=spec.session_id,
-        run_id=run_id,
         debug=bool(getattr(rt.agent, "debug_mode", False)),
-    )
-    failure: BaseException | None = None
-    try:
+        durable=points is not None,
+        share_scope=points is not None,  # team members commit under the run's commit ids
+        metrics=metrics,
+        run_timeout=request.run_timeout,
+    ) as life:
+        ctx, scope, working = life.ctx, life.scope, life.txn.working
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
         if emit is not None:
             await emit(RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name))
@@ -204,23 +190,6 @@ async def drive_run(
                 await emit(changed)
             await emit(RunCompleted(output=output))
         return output
-    except BaseException as exc:
-        keep = False
-        failure = exc
-        txn.discard()
-        if working.record is not None:
-            record.status = "failed"
-            record.error = f"{type(exc).__name__}: {exc}"
-            with contextlib.suppress(Exception):
-                await scope.commit(
-                    [NewEvent(type="run_failed", run_id=run_id, data={"error": record.error})],
-                    run=record,
-                    source="run_failed",
-                )
-        raise
-    finally:
-        txn.close(keep=keep)
-        _observe.run_finished(observed, metrics=metrics, error=failure)
 
 
 async def end_run(

@@ -14,8 +14,9 @@ import contextlib
 import dataclasses
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent
@@ -37,6 +38,7 @@ from statewise.run.checkpoints import (
     step_outcome,
 )
 from statewise.run.context import RunContext
+from statewise.run.deadline import Deadline, bounded, deadline_of
 from statewise.run.emit import Emit
 from statewise.run.events import ContentDelta, RunEvent, ToolCallCompleted, ToolCallStarted
 from statewise.run.output import RunMetrics
@@ -45,6 +47,8 @@ from statewise.run.runtime import AgentRuntime
 from statewise.run.scope import RunScope
 from statewise.state.jsonvalue import clean_text, text_problem, to_json_value
 from statewise.tools import ToolArgumentsError, call_with_hooks, format_tool_result
+
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -102,7 +106,10 @@ async def run_steps(
     # nothing below records anything, so nothing is asked to.
     quiet = _observe.quiet_under(ctx)
     first = ctx.step + 1
+    deadline = deadline_of(ctx.metadata)
     for step in range(first, first + rt.max_steps):
+        if deadline is not None:
+            deadline.check()  # (a model that asks for tools forever stops here)
         ctx.step = step
         if points is not None:
             scope.enter(step)
@@ -154,7 +161,9 @@ async def run_steps(
                 )
                 try:
                     if stream:
-                        async for chunk in model.request_stream(messages, info):
+                        async for chunk in _bounded_stream(
+                            deadline, model.request_stream(messages, info)
+                        ):
                             if isinstance(chunk, ModelResponse):
                                 response = chunk
                             elif isinstance(chunk, TextDelta) and chunk.content:
@@ -168,6 +177,8 @@ async def run_steps(
                             raise RunError(
                                 f"model {model.name} ended its stream without a response"
                             )
+                    elif deadline is not None:
+                        response = await deadline.bound(model.request(messages, info))
                     else:
                         response = await model.request(messages, info)
                 except BaseException as exc:
@@ -221,6 +232,8 @@ async def run_steps(
                     if stream and emit is not None:
                         # Agents the tool runs (team members) stream their events live.
                         outcome = await _call_tool_relaying(rt, scope, ctx, call, emit)
+                    elif deadline is not None:
+                        outcome = await deadline.bound(call_tool(rt, scope, ctx, call))
                     else:
                         outcome = await call_tool(rt, scope, ctx, call)
                 except BaseException as exc:
@@ -265,7 +278,7 @@ async def run_steps(
             if result.pending:
                 # Paused before these calls: what ran so far is committed with the step;
                 # the caller stores the run as paused (it is continued once, later).
-                changed = await scope.commit(events, step=step, source="step")
+                changed = await scope.end_step(events, step=step, source="step")
                 if changed is not None and emit is not None:
                     await emit(changed)
                 result.final_step = step
@@ -278,7 +291,7 @@ async def run_steps(
                 result.final_step = step
                 return
             if points is None:
-                changed = await scope.commit(events, step=step, source="step")
+                changed = await scope.end_step(events, step=step, source="step")
             else:
                 recorded = step_outcome(
                     result.messages[added:],
@@ -303,6 +316,26 @@ async def run_steps(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
     )
+
+
+async def _bounded_stream(deadline: Deadline | None, stream: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`stream`, each wait for its next chunk bounded by the run's deadline (the chunks
+    are emitted between waits, outside the bound)."""
+    if deadline is None:
+        async for chunk in stream:
+            yield chunk
+        return
+    try:
+        while True:
+            try:
+                chunk = await deadline.bound(anext(stream))
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        closing = getattr(stream, "aclose", None)
+        if closing is not None:
+            await closing()
 
 
 async def with_listed_tools(rt: AgentRuntime) -> AgentRuntime:
@@ -402,7 +435,7 @@ async def _call_tool_relaying(
     sink: asyncio.Queue[RunEvent] = asyncio.Queue()
     previous = ctx.metadata.get(EVENT_SINK)
     ctx.metadata[EVENT_SINK] = sink
-    task = asyncio.ensure_future(call_tool(rt, scope, ctx, call))
+    task = asyncio.ensure_future(bounded(ctx.metadata, call_tool(rt, scope, ctx, call)))
     try:
         while not task.done():
             getter = asyncio.ensure_future(sink.get())

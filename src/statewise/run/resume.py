@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,13 +31,14 @@ from statewise.db.records import (
 from statewise.db.store import SessionSpec, StateStore, new_id
 from statewise.exceptions import RunNotFoundError, RunNotPausedError, VersionConflict
 from statewise.models.messages import Message, ToolCall
-from statewise.run import _observe
-from statewise.run.context import RunContext
+from statewise.run.deadline import bounded
 from statewise.run.driver import end_run, history_messages
 from statewise.run.emit import Emit
 from statewise.run.events import RunCompleted, RunStarted, ToolCallCompleted
+from statewise.run.lease import RunLease
+from statewise.run.lifecycle import RunLifecycle
 from statewise.run.loop import StepsResult, call_tool, run_steps, tool_call_event
-from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
+from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.pause import (
     CONTINUED_EVENT,
     PAUSED_EVENT,
@@ -47,7 +47,6 @@ from statewise.run.pause import (
     check_answers,
 )
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
 
 CLAIM_SECONDS = 10.0
 CONTINUE_LEASE_SECONDS = 30.0  # a dead continuer's run can be continued again after this
@@ -84,6 +83,7 @@ class ContinueRequest:
     approvals: Mapping[str, Any] | None = None
     history_runs: int | None = None
     stream: bool = False
+    run_timeout: float | None = None  # seconds; past them the run ends `failed`
 
 
 def _pending_of(db: BaseDb, run: RunRecord) -> tuple[list[PendingToolCall], int]:
@@ -244,34 +244,6 @@ def _run_commit(
     )
 
 
-class _Lease:
-    """Holds a run's lease while a continuation works: renewed from a thread (a tool that
-    blocks the event loop does not let it lapse), released at the end."""
-
-    def __init__(self, db: BaseDb, session_id: str, run_id: str, owner: str, ttl: float) -> None:
-        self.db, self.session_id, self.run_id, self.owner, self.ttl = (
-            db,
-            session_id,
-            run_id,
-            owner,
-            ttl,
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name=f"lease:{run_id}", daemon=True)
-        self._thread.start()
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
-            with contextlib.suppress(Exception):
-                self.db.claim_run(self.session_id, self.run_id, self.owner, self.ttl)
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        with contextlib.suppress(Exception):
-            self.db.release_run(self.session_id, self.run_id, self.owner)
-
-
 def _answer_text(call: PendingToolCall, answer: Approval) -> str:
     if call.kind == "client":
         return answer.result or ""
@@ -290,11 +262,11 @@ async def drive_continue(
     paused, answers = await db.run_io(
         claim_paused_run, db, spec.session_id, request.run_id, request.approvals, owner, ttl
     )
-    lease = _Lease(db, spec.session_id, request.run_id, owner, ttl)
+    lease = RunLease(db, spec.session_id, request.run_id, owner, ttl).start()
     try:
         return await _continue_claimed(rt, store, request, paused, answers, emit)
     finally:
-        await db.run_io(lease.release)
+        await lease.arelease()
 
 
 async def _continue_claimed(
@@ -308,36 +280,23 @@ async def _continue_claimed(
     spec = request.spec
     started = time.perf_counter()
     record = paused.run
-    txn = await store.abegin(spec, mode="existing")
-    working = txn.working
-    ctx = RunContext(
-        run_id=record.run_id,
-        session_id=spec.session_id,
-        user_id=working.spec.user_id,
-        agent=rt.agent,
-        agent_name=rt.name,
-        step=paused.step,
-        _working=working,
-        _store=store,
-        _txn=txn,
-    )
-    scope = RunScope(txn=txn, run_id=record.run_id)
     metrics = RunMetrics(**{k: v for k, v in record.metrics.items() if k in RunMetrics.__slots__})
-    ctx.metadata[METRICS_KEY] = metrics  # team members count in this run
     before = [Message.from_dict(m) for m in record.messages]
     result = StepsResult()
-    keep = True
-    observed = _observe.run_started(
-        ctx,
-        scope,
+    async with RunLifecycle(
+        store=store,
+        spec=spec,
+        record=record,
+        agent=rt.agent,
         kind=getattr(rt.agent, "_kind", "agent"),
-        name=rt.name,
-        session_id=spec.session_id,
-        run_id=record.run_id,
         debug=bool(getattr(rt.agent, "debug_mode", False)),
-    )
-    failure: BaseException | None = None
-    try:
+        mode="existing",
+        session_user=True,
+        step=paused.step,
+        metrics=metrics,  # team members count in this run
+        run_timeout=request.run_timeout,
+    ) as life:
+        ctx, scope = life.ctx, life.scope
         if emit is not None:
             await emit(
                 RunStarted(run_id=record.run_id, session_id=spec.session_id, agent_name=rt.name)
@@ -352,9 +311,8 @@ async def _continue_claimed(
                 # Answered and committed by a continuation that died: not run again.
                 text, is_error = recorded
             elif answer.approved and call.kind == "approval":
-                outcome = await call_tool(
-                    rt, scope, ctx, ToolCall(call.tool_name, arguments, call.tool_call_id), answer
-                )
+                approved = ToolCall(call.tool_name, arguments, call.tool_call_id)
+                outcome = await bounded(ctx.metadata, call_tool(rt, scope, ctx, approved, answer))
                 text, is_error = outcome if isinstance(outcome, tuple) else ("", True)
                 metrics.tool_calls += 1
             else:
@@ -413,19 +371,3 @@ async def _continue_claimed(
                 await emit(changed)
             await emit(RunCompleted(output=output))
         return output
-    except BaseException as exc:
-        keep = False
-        failure = exc
-        txn.discard()
-        record.status = "failed"
-        record.error = f"{type(exc).__name__}: {exc}"
-        with contextlib.suppress(Exception):
-            await scope.commit(
-                [NewEvent(type="run_failed", run_id=record.run_id, data={"error": record.error})],
-                run=record,
-                source="run_failed",
-            )
-        raise
-    finally:
-        txn.close(keep=keep)
-        _observe.run_finished(observed, metrics=metrics, error=failure)

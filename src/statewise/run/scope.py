@@ -52,6 +52,17 @@ class RunScope:
     def working(self) -> WorkingState:
         return self.txn.working
 
+    async def end_step(
+        self, events: Sequence[NewEvent] = (), *, step: int | None = None, source: str = "step"
+    ) -> StateChanged | None:
+        """The end of one of the run loop's model steps (commit point b): committed at
+        once here. A workflow step's scope (`workflow._engine.StepScope`) holds it instead,
+        for the workflow step's one commit."""
+        return await self.commit(events, step=step, source=source)
+
+    def drop_uncommitted(self) -> None:
+        """Forget what is held for a later commit (nothing, here): the run failed."""
+
     async def commit(
         self,
         events: Sequence[NewEvent] = (),
@@ -61,6 +72,8 @@ class RunScope:
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> StateChanged | None:
+        """Persist everything changed since the last commit, with `events` and `run`
+        (a durable commit, always: see `end_step` for a loop step's commit point)."""
         if commit_id is None and self.durable:
             self._inner += 1  # a commit inside the point: a team member's step, a failure
             commit_id = f"{point_commit_id(self.run_id, self.point)}.{self._inner}"

@@ -58,13 +58,24 @@ async def observed_step(
 
 @dataclass(kw_only=True, eq=False)
 class StepScope(RunScope):
-    """A run scope whose commits wait for the end of the workflow step.
+    """A run scope whose agents' step ends wait for the end of the workflow step.
 
-    `commit` (what an agent's loop calls after each of its model steps) only marks where
-    that step's ops end and keeps its events; `flush` persists everything at once.
+    `end_step` (what an agent's loop calls after each of its model steps) only marks where
+    that step's ops end and holds its events; `commit` persists them all at once, with the
+    workflow step's own events.
     """
 
-    pending: list[NewEvent] = field(default_factory=list)
+    held: list[NewEvent] = field(default_factory=list)
+
+    async def end_step(
+        self, events: Sequence[NewEvent] = (), *, step: int | None = None, source: str = "step"
+    ) -> StateChanged | None:
+        self.working.mark(source)
+        self.held.extend(events)
+        return None
+
+    def drop_uncommitted(self) -> None:
+        self.held.clear()
 
     async def commit(
         self,
@@ -75,23 +86,10 @@ class StepScope(RunScope):
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> StateChanged | None:
-        self.working.mark(source)
-        self.pending.extend(events)
-        return None
-
-    async def flush(
-        self,
-        events: Sequence[NewEvent] = (),
-        *,
-        run: RunRecord | None = None,
-        step: int | None = None,
-        source: str = "unattributed",
-        commit_id: str | None = None,
-    ) -> StateChanged | None:
-        """Persist the step's ops and events in one commit. `commit_id` (e.g. the run id
-        and the step) makes a re-executed step's commit land at most once."""
-        all_events = [*self.pending, *events]
-        self.pending = []
+        """Persist the step's ops and held events in one commit. `commit_id` (the run's
+        point id for the step) makes a re-executed step's commit land at most once."""
+        all_events = [*self.held, *events]
+        self.held = []
         return await RunScope.commit(
             self, all_events, run=run, step=step, source=source, commit_id=commit_id
         )

@@ -16,6 +16,7 @@ from statewise.db.records import NewEvent
 from statewise.db.store import scope_of
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.run.callbacks import call_with_available
+from statewise.run.deadline import bounded
 from statewise.run.driver import run_nested
 from statewise.run.emit import events_of
 from statewise.run.events import RunEvent, StepCompleted, StepStarted
@@ -131,7 +132,9 @@ class Step:
             output = StepOutput(content=result.content)
         else:
             assert self.executor is not None
-            value = await call_with_available(self.executor, ex.available(step_input))
+            value = await bounded(
+                ex.ctx.metadata, call_with_available(self.executor, ex.available(step_input))
+            )
             output = value if isinstance(value, StepOutput) else StepOutput(content=value)
         output.step_name = output.step_name or self.name
         ex.scope.working.mark(f"step:{self.name}")
@@ -430,7 +433,7 @@ class Parallel:
                 _replay(root, op)
             ex.scope.working.mark(f"parallel:{self.name}/{step.name}")
             applied.extend(result.ops)
-            ex.scope.pending.extend(branch.scope.pending)
+            ex.scope.held.extend(branch.scope.held)
             for conflict in result.conflicts:
                 data = conflict.to_json()
                 key = str(conflict.path[0])
@@ -438,7 +441,7 @@ class Parallel:
                     data = {"path": data["path"], "rule": data["rule"]}
                 data = {"scope": scope_of(key)[0], "step": self.name, "branch": step.name, **data}
                 ex.scope.conflicts.append(data)
-                ex.scope.pending.append(
+                ex.scope.held.append(
                     NewEvent(type="conflict_resolved", run_id=ex.scope.run_id, data=data)
                 )
 

@@ -15,7 +15,6 @@ after its last completed step.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -32,14 +31,15 @@ from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionSpec, new_id
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.models.messages import Message
-from statewise.run import _observe
-from statewise.run.context import RunContext
+from statewise.run.checkpoints import point_commit_id
+from statewise.run.deadline import check_run_timeout
 from statewise.run.driver import check_input, initialize_state
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
-from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
+from statewise.run.lease import RunLease
+from statewise.run.lifecycle import RunLifecycle
+from statewise.run.output import RunOutput
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
-from statewise.team import SCOPE_KEY
 from statewise.workflow._engine import Executor, StepLike, StepScope, observed_step
 from statewise.workflow.steps import StepSpec, normalize_steps
 from statewise.workflow.types import StepOutput, _json_or_text
@@ -76,6 +76,7 @@ class _Request:
     resume: _Resume | None = None
     run_id: str | None = None  # set by advance(): the run's id, chosen by the caller
     until: int | None = None  # run only the steps before this index (advance)
+    run_timeout: float | None = None  # seconds; past them the run ends `failed`
     leased: bool = True  # False: a durable engine owns the run (advance)
 
 
@@ -111,6 +112,7 @@ class Workflow(SessionOwner):
         markdown: bool = False,
         debug_mode: bool = False,
         run_lease_seconds: float = 30.0,
+        run_timeout: float | None = None,
     ) -> None:
         self.name = name
         self.description = description
@@ -137,6 +139,8 @@ class Workflow(SessionOwner):
         # renewed every third of this while it runs; a killed process's run becomes
         # resumable once its lease expires.
         self.run_lease_seconds = float(run_lease_seconds)
+        # Seconds a run may take (None: no limit); past them it ends `failed`.
+        self.run_timeout = check_run_timeout(run_timeout)
 
     def __repr__(self) -> str:
         return f"Workflow(name={self.name!r}, steps={[s.name for s in self.steps]!r})"
@@ -151,6 +155,7 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None,
         stream: bool,
         resume: bool | str,
+        run_timeout: float | None = None,
     ) -> _Request:
         spec = self._spec(session_id, user_id)
         self.session_id = spec.session_id  # continue this session; never remember the caller
@@ -172,7 +177,14 @@ class Workflow(SessionOwner):
             session_state=session_state,
             stream=stream,
             resume=plan,
+            run_timeout=self._run_timeout(run_timeout),
         )
+
+    def _run_timeout(self, per_run: float | None) -> float | None:
+        """A run's deadline in seconds: its own `run_timeout=`, else the workflow's."""
+        if per_run is None:
+            return self.run_timeout
+        return check_run_timeout(per_run)
 
     def _unfinished_run(self, session_id: str) -> RunRecord | None:
         """This workflow's latest run of the session, if it did not complete."""
@@ -217,14 +229,14 @@ class Workflow(SessionOwner):
             async for event in self._owned_events(request, run_id):
                 yield event
             return
-        owner, ttl = new_id(), self.run_lease_seconds
-        if not await self.db.aclaim_run(sid, run_id, owner, ttl):
+        ttl = self.run_lease_seconds
+        lease = await self.db.run_io(RunLease.claim, self.db, sid, run_id, ttl)
+        if lease is None:
             raise RunError(
                 f"run {run_id!r} of session {sid!r} is being run by another process (it "
                 f"holds the run's lease); resume it only after that process is gone: its "
                 f"lease then expires within {ttl:g} s"
             )
-        renew = asyncio.create_task(self._keep_lease(sid, run_id, owner, ttl))
         try:
             if request.resume is not None:
                 # Another resumer may have finished or advanced the run since the plan
@@ -234,201 +246,178 @@ class Workflow(SessionOwner):
             async for event in self._owned_events(request, run_id):
                 yield event
         finally:
-            renew.cancel()
-            with contextlib.suppress(BaseException):
-                await renew
-            with contextlib.suppress(Exception):
-                await self.db.arelease_run(sid, run_id, owner)
-
-    async def _keep_lease(self, sid: str, run_id: str, owner: str, ttl: float) -> None:
-        while True:
-            await asyncio.sleep(ttl / 3)
-            with contextlib.suppress(Exception):
-                await self.db.aclaim_run(sid, run_id, owner, ttl)
+            await lease.arelease()
 
     async def _owned_events(self, request: _Request, run_id: str) -> AsyncIterator[RunEvent]:
-        store = self._store
         started = time.perf_counter()
-        txn = await store.abegin(request.spec)
-        working = txn.working
-        spec = working.spec
         plan = request.resume
-        scope = StepScope(txn=txn, run_id=run_id)
-        ctx = RunContext(
-            run_id=run_id,
-            session_id=spec.session_id,
-            user_id=spec.user_id,
-            agent=self,
-            agent_name=self.name,
-            metadata={SCOPE_KEY: scope, METRICS_KEY: RunMetrics()},
-            _working=working,
-            _store=store,
-            _txn=txn,
-        )
-        ex = Executor(
-            workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
-        )
         text = request.input if isinstance(request.input, str) else str(request.input)
         if plan is not None:
             record = plan.record
             record.status, record.error = "running", None
         else:
             record = RunRecord(
-                session_id=spec.session_id, run_id=run_id, agent_name=self.name, input=text
+                session_id=request.spec.session_id, run_id=run_id, agent_name=self.name, input=text
             )
         outputs: list[StepOutput] = []
-        keep = True
-        metrics: RunMetrics = ctx.metadata[METRICS_KEY]
-        observed = _observe.run_started(
-            ctx,
-            scope,
+        life = RunLifecycle(
+            store=self._store,
+            spec=request.spec,
+            record=record,
+            agent=self,
             kind="workflow",
-            name=self.name,
-            session_id=spec.session_id,
-            run_id=run_id,
             debug=self.debug_mode,
+            scope_type=StepScope,
+            share_scope=True,  # the agents and teams of its steps commit through it
+            session_user=True,
+            run_timeout=request.run_timeout,
         )
-        failure: BaseException | None = None
         try:
-            initialize_state(
-                working,
-                self._default_state(),
-                request.session_state,
-                self.overwrite_db_session_state,
-            )
-            yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=self.name)
-            if plan is not None:
-                for index in sorted(plan.done):
-                    ex.restore(plan.done[index])
-                    outputs.append(plan.done[index])
-            if plan is not None and request.run_id is not None:
-                events = []  # advance(): continuing a running run, not a resume
-            elif plan is not None:
-                events = [
-                    NewEvent(
-                        type="run_resumed",
-                        run_id=run_id,
-                        data={"workflow": self.name, "completed_steps": sorted(plan.done)},
-                    )
-                ]
-            else:
-                events = [
-                    NewEvent(
-                        type="run_started",
-                        run_id=run_id,
-                        data={
-                            "workflow": self.name,
-                            "kind": "workflow",
-                            "input": _json_or_text(request.input),
-                        },
-                    ),
-                    NewEvent(type="user_input", run_id=run_id, data={"content": text}),
-                ]
-            if events:
-                changed = await scope.flush(events, run=record, step=0, source="run_start")
-                if changed is not None:
-                    yield changed
-            for index, step in enumerate(self.steps):
-                if ex.stopped or (request.until is not None and index >= request.until):
-                    break
-                if plan is not None and index in plan.done:
-                    continue
-                produced: list[StepOutput] = []
-
-                async def commit_step(
-                    index: int = index, step: StepLike = step, produced: list[StepOutput] = produced
-                ) -> AsyncIterator[RunEvent]:
-                    assert produced, f"step {step.name!r} produced no output"
-                    changed = await scope.flush(
-                        [
-                            NewEvent(
-                                type="step_completed",
-                                run_id=run_id,
-                                data={
-                                    "index": index,
-                                    "name": step.name,
-                                    "output": produced[0].to_json(),
-                                },
-                            )
-                        ],
-                        step=index + 1,
-                        source=f"step:{step.name}",
-                        # One id per run and step: a step executed again (a second
-                        # resumer, a replaying executor) cannot apply its state twice.
-                        commit_id=f"{run_id}:step:{index}",
-                    )
-                    if changed is not None:
-                        yield changed
-
-                async for item in observed_step(step, ex, index, then=commit_step):
-                    if isinstance(item, StepOutput):
-                        produced.append(item)
-                    else:
-                        yield item
-                outputs.append(produced[0])
-            if not ex.stopped and request.until is not None:
-                return  # the caller advances the run further later
-            content = ex.previous
-            metrics.duration = time.perf_counter() - started
-            metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
-            messages = [
-                Message(role="user", content=text),
-                Message(role="assistant", content=None if content is None else str(content)),
-            ]
-            record.status = "completed"
-            record.content = None if content is None else str(content)
-            record.messages = [m.to_dict() for m in messages]
-            record.metrics = metrics.to_dict()
-            changed = await scope.flush(
-                [
-                    NewEvent(
-                        type="run_completed",
-                        run_id=run_id,
-                        data={"content": _json_or_text(content), "metrics": metrics.to_dict()},
-                    )
-                ],
-                run=record,
-                source="run_end",
-            )
-            if changed is not None:
-                yield changed
-            yield RunCompleted(
-                output=WorkflowRunOutput(
-                    content=content,
-                    run_id=run_id,
-                    session_id=spec.session_id,
-                    user_id=spec.user_id,
-                    messages=messages,
-                    metrics=metrics,
-                    agent_name=self.name,
-                    conflicts=scope.conflicts,
-                    state_loader=txn.state_loader(),
-                    step_outputs=outputs,
-                )
-            )
+            async with life:
+                async for event in self._steps(request, life, outputs, started):
+                    yield event
         except BaseException as exc:
-            keep = False
-            failure = exc
-            txn.discard()
-            scope.pending.clear()
-            if working.record is not None:
-                record.status = "failed"
-                record.error = f"{type(exc).__name__}: {exc}"
-                with contextlib.suppress(Exception):
-                    await scope.flush(
-                        [NewEvent(type="run_failed", run_id=run_id, data={"error": record.error})],
-                        run=record,
-                        source="run_failed",
-                    )
+            if life.stored:
                 exc.add_note(
-                    f"workflow run {run_id!r} of session {spec.session_id!r} failed after "
-                    f"{len(outputs)} completed step(s); continue it with "
-                    f"workflow.resume({run_id!r}, session_id={spec.session_id!r})"
+                    f"workflow run {run_id!r} of session {request.spec.session_id!r} failed "
+                    f"after {len(outputs)} completed step(s); continue it with "
+                    f"workflow.resume({run_id!r}, session_id={request.spec.session_id!r})"
                 )
             raise
-        finally:
-            txn.close(keep=keep)
-            _observe.run_finished(observed, metrics=metrics, error=failure)
+
+    async def _steps(
+        self, request: _Request, life: RunLifecycle, outputs: list[StepOutput], started: float
+    ) -> AsyncIterator[RunEvent]:
+        """The run's body, inside its lifecycle: start, each step, end."""
+        ctx, txn, record, run_id = life.ctx, life.txn, life.record, life.run_id
+        scope = cast(StepScope, life.scope)
+        working = txn.working
+        spec = working.spec
+        plan = request.resume
+        text = request.input if isinstance(request.input, str) else str(request.input)
+        deadline = life.deadline
+        ex = Executor(
+            workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
+        )
+        metrics = life.metrics
+        initialize_state(
+            working,
+            self._default_state(),
+            request.session_state,
+            self.overwrite_db_session_state,
+        )
+        yield RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=self.name)
+        if plan is not None:
+            for index in sorted(plan.done):
+                ex.restore(plan.done[index])
+                outputs.append(plan.done[index])
+        if plan is not None and request.run_id is not None:
+            events = []  # advance(): continuing a running run, not a resume
+        elif plan is not None:
+            events = [
+                NewEvent(
+                    type="run_resumed",
+                    run_id=run_id,
+                    data={"workflow": self.name, "completed_steps": sorted(plan.done)},
+                )
+            ]
+        else:
+            events = [
+                NewEvent(
+                    type="run_started",
+                    run_id=run_id,
+                    data={
+                        "workflow": self.name,
+                        "kind": "workflow",
+                        "input": _json_or_text(request.input),
+                    },
+                ),
+                NewEvent(type="user_input", run_id=run_id, data={"content": text}),
+            ]
+        if events:
+            changed = await scope.commit(events, run=record, step=0, source="run_start")
+            if changed is not None:
+                yield changed
+        for index, step in enumerate(self.steps):
+            if ex.stopped or (request.until is not None and index >= request.until):
+                break
+            if deadline is not None:
+                deadline.check()
+            if plan is not None and index in plan.done:
+                continue
+            produced: list[StepOutput] = []
+
+            async def commit_step(
+                index: int = index, step: StepLike = step, produced: list[StepOutput] = produced
+            ) -> AsyncIterator[RunEvent]:
+                assert produced, f"step {step.name!r} produced no output"
+                changed = await scope.commit(
+                    [
+                        NewEvent(
+                            type="step_completed",
+                            run_id=run_id,
+                            data={
+                                "index": index,
+                                "name": step.name,
+                                "output": produced[0].to_json(),
+                            },
+                        )
+                    ],
+                    step=index + 1,
+                    source=f"step:{step.name}",
+                    # One id per run and step: a step executed again (a second
+                    # resumer, a replaying executor) cannot apply its state twice.
+                    commit_id=point_commit_id(run_id, index),
+                )
+                if changed is not None:
+                    yield changed
+
+            async for item in observed_step(step, ex, index, then=commit_step):
+                if isinstance(item, StepOutput):
+                    produced.append(item)
+                else:
+                    yield item
+            outputs.append(produced[0])
+        if not ex.stopped and request.until is not None:
+            return  # the caller advances the run further later
+        content = ex.previous
+        metrics.duration = time.perf_counter() - started
+        metrics.total_tokens = metrics.input_tokens + metrics.output_tokens
+        messages = [
+            Message(role="user", content=text),
+            Message(role="assistant", content=None if content is None else str(content)),
+        ]
+        record.status = "completed"
+        record.content = None if content is None else str(content)
+        record.messages = [m.to_dict() for m in messages]
+        record.metrics = metrics.to_dict()
+        changed = await scope.commit(
+            [
+                NewEvent(
+                    type="run_completed",
+                    run_id=run_id,
+                    data={"content": _json_or_text(content), "metrics": metrics.to_dict()},
+                )
+            ],
+            run=record,
+            source="run_end",
+        )
+        if changed is not None:
+            yield changed
+        yield RunCompleted(
+            output=WorkflowRunOutput(
+                content=content,
+                run_id=run_id,
+                session_id=spec.session_id,
+                user_id=spec.user_id,
+                messages=messages,
+                metrics=metrics,
+                agent_name=self.name,
+                conflicts=scope.conflicts,
+                state_loader=txn.state_loader(),
+                step_outputs=outputs,
+            )
+        )
 
     @overload
     async def arun(
@@ -440,6 +429,7 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
         resume: bool = ...,
+        run_timeout: float | None = ...,
     ) -> WorkflowRunOutput: ...
     @overload
     async def arun(
@@ -451,6 +441,7 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[True],
         resume: bool = ...,
+        run_timeout: float | None = ...,
     ) -> AsyncIterator[RunEvent]: ...
 
     async def arun(
@@ -462,10 +453,14 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         resume: bool = False,
+        run_timeout: float | None = None,
     ) -> WorkflowRunOutput | AsyncIterator[RunEvent]:
         """Run the workflow once. With `resume=True`, a failed or killed run of this
-        session is continued instead (after its last completed step), if there is one."""
-        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        session is continued instead (after its last completed step), if there is one.
+        `run_timeout` (seconds) overrides the workflow's for this run."""
+        request = self._request(
+            input, session_id, user_id, session_state, stream, resume, run_timeout
+        )
         if stream:
             return self._events(request)
         return await _final_output(self._events(request))
@@ -480,6 +475,7 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
         resume: bool = ...,
+        run_timeout: float | None = ...,
     ) -> WorkflowRunOutput: ...
     @overload
     def run(
@@ -491,6 +487,7 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[True],
         resume: bool = ...,
+        run_timeout: float | None = ...,
     ) -> Iterator[RunEvent]: ...
 
     def run(
@@ -502,9 +499,12 @@ class Workflow(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         resume: bool = False,
+        run_timeout: float | None = None,
     ) -> WorkflowRunOutput | Iterator[RunEvent]:
         """Run the workflow once on a session; works inside a running event loop too."""
-        request = self._request(input, session_id, user_id, session_state, stream, resume)
+        request = self._request(
+            input, session_id, user_id, session_state, stream, resume, run_timeout
+        )
         if stream:
             return iterate_sync(self._events(request))
         return run_sync(_final_output(self._events(request)))
@@ -558,6 +558,7 @@ class Workflow(SessionOwner):
             # The engine decides who runs the run (and recovers it at once when a worker
             # dies); each step's commit id keeps a re-executed step from applying twice.
             leased=False,
+            run_timeout=self.run_timeout,
         )
         return run_sync(_advance(self._events(request)))
 

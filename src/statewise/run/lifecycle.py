@@ -1,0 +1,213 @@
+"""The one lifecycle of a run: begin → observe → (the caller's body) → record failure → close.
+
+Agent runs (`run.driver`), continuations of paused runs (`run.resume`) and workflow runs
+(`workflow.workflow`) all go through `RunLifecycle`:
+
+    async with RunLifecycle(store, spec, record, ...) as life:
+        ...  # life.ctx, life.scope, life.txn: commit points, steps, emitting events
+
+Entering opens the session transaction, builds the run's context and scope, arms the run's
+deadline (`run_timeout`) and starts its span/debug log. Leaving normally closes the
+transaction, keeping its tree cached. Leaving with an exception (any: an error, a storage
+failure, cancellation, the deadline, an abandoned stream) undoes what was not committed
+and records the run as `failed` with the reason, so no error leaves a run `running`
+(DESIGN §3, "every failure is final"):
+
+- the failure is committed through the run's own transaction, with the run record;
+- if that commit fails too (the failure may be the storage's own: a value the backend
+  refuses, a broken connection), a bare record (status, reason, input; no messages or
+  answer, which may hold what storage refused) is committed on a fresh transaction;
+- if the storage cannot take even that, the failure is logged; the run's lease (if it
+  holds one) still expires, and a later resume or continue finds it.
+
+A session that was never stored (its first commit failed) gets no record: there is no
+run to mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from statewise.db.base import on_private_loop
+from statewise.db.records import NewEvent, RunRecord
+from statewise.db.store import SessionMode, SessionSpec, StateStore, new_id
+from statewise.db.transaction import AsyncTransaction
+from statewise.run import _observe
+from statewise.run.context import RunContext
+from statewise.run.deadline import DEADLINE_KEY, Deadline
+from statewise.run.output import METRICS_KEY, RunMetrics
+from statewise.run.scope import SCOPE_KEY, RunScope
+from statewise.state.jsonvalue import clean_text
+
+log = logging.getLogger("statewise.run")
+
+_MAX_REASON = 4000
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What a failed run's record says about why it failed."""
+    if isinstance(exc, asyncio.CancelledError) and not str(exc):
+        return "CancelledError: the run was cancelled before it finished"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _storable(text: str) -> str:
+    """`text` as any backend stores it: valid Unicode, no NUL, not huge."""
+    text = clean_text(text).replace("\x00", "\\u0000")
+    return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + "…"
+
+
+@dataclass(kw_only=True, eq=False)
+class RunLifecycle:
+    """One run's hold on its session from begin to close; see the module docstring."""
+
+    store: StateStore
+    spec: SessionSpec
+    record: RunRecord  # the run's record: committed as `failed` if the run fails
+    agent: Any  # the Agent, Team or Workflow running
+    kind: str  # "agent", "team" or "workflow" (spans, logs)
+    debug: bool = False
+    mode: SessionMode = "open"
+    scope_type: type[RunScope] = RunScope
+    durable: bool = False  # commits carry ids from the run's commit points
+    share_scope: bool = False  # team members commit through this run's scope
+    session_user: bool = False  # the context's user_id: the stored session's, not the spec's
+    step: int = 0  # the step a continuation resumes after
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+    run_timeout: float | None = None
+    # Set on entering:
+    txn: AsyncTransaction = field(init=False)
+    scope: RunScope = field(init=False)
+    ctx: RunContext = field(init=False)
+    deadline: Deadline | None = field(init=False, default=None)
+    _observed: _observe.Token = field(init=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def name(self) -> str | None:
+        return self.record.agent_name
+
+    async def __aenter__(self) -> RunLifecycle:
+        self.deadline = Deadline.after(self.run_timeout)
+        self.txn = txn = await self.store.abegin(self.spec, mode=self.mode)
+        working = txn.working
+        self.scope = scope = self.scope_type(txn=txn, run_id=self.run_id, durable=self.durable)
+        metadata: dict[str, Any] = {METRICS_KEY: self.metrics}
+        if self.share_scope:
+            metadata[SCOPE_KEY] = scope
+        if self.deadline is not None:
+            metadata[DEADLINE_KEY] = self.deadline
+        self.ctx = ctx = RunContext(
+            run_id=self.run_id,
+            session_id=self.spec.session_id,
+            user_id=working.spec.user_id if self.session_user else self.spec.user_id,
+            agent=self.agent,
+            agent_name=self.name,
+            step=self.step,
+            metadata=metadata,
+            _working=working,
+            _store=self.store,
+            _txn=txn,
+        )
+        self._observed = _observe.run_started(
+            ctx,
+            scope,
+            kind=self.kind,
+            name=self.name,
+            session_id=self.spec.session_id,
+            run_id=self.run_id,
+            debug=self.debug,
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is not None:
+                self.txn.discard()
+                self.scope.drop_uncommitted()
+                await self._record_failure(exc)
+        finally:
+            self.txn.close(keep=exc is None)
+            _observe.run_finished(self._observed, metrics=self.metrics, error=exc)
+
+    @property
+    def stored(self) -> bool:
+        """True once the session exists in the database (a failure can be recorded)."""
+        txn: AsyncTransaction | None = self.__dict__.get("txn")  # (None: never opened)
+        return txn is not None and txn.working.record is not None
+
+    async def _record_failure(self, exc: BaseException) -> None:
+        if not self.stored:
+            return
+        record = self.record
+        record.status = "failed"
+        record.error = failure_reason(exc)
+        try:
+            # A fresh commit id: a durable run failing again at the same point (a resumed
+            # workflow, a replayed step) still records this failure.
+            failed = self.scope.commit(
+                self._failed_events(), run=record, source="run_failed", commit_id=new_id()
+            )
+            await _finish(failed)
+            return
+        except Exception as first:
+            problem: Exception = first
+        # The run's own transaction could not record it: a bare record, on a fresh one.
+        bare = RunRecord(
+            session_id=record.session_id,
+            run_id=record.run_id,
+            agent_name=record.agent_name,
+            input=record.input,
+            status="failed",
+            error=_storable(record.error),
+            metrics=record.metrics,
+        )
+        record.error = bare.error
+        try:
+            await _finish(self._commit_bare(bare))
+            return
+        except Exception as second:
+            problem = second
+        log.warning(
+            "run %s of session %s failed (%s) and storage refused to record that: %s: %s",
+            self.run_id,
+            self.spec.session_id,
+            bare.error,
+            type(problem).__name__,
+            problem,
+        )
+
+    def _failed_events(self) -> list[NewEvent]:
+        return [NewEvent(type="run_failed", run_id=self.run_id, data={"error": self.record.error})]
+
+    async def _commit_bare(self, bare: RunRecord) -> None:
+        txn = await self.store.abegin(self.spec, mode="existing")
+        try:
+            await txn.commit(
+                self._failed_events(), run=bare, run_id=self.run_id, source="run_failed"
+            )
+        finally:
+            txn.close(keep=False)
+
+
+async def _finish(commit: Any) -> Any:
+    """Await a failure's commit to its end even if the run's task is cancelled again
+    meanwhile (a client that left, a shutdown): the record lands anyway."""
+    if on_private_loop():
+        return await commit  # (inline: nothing else runs on a sync call's own loop)
+    return await asyncio.shield(commit)
+
+
+__all__ = ["RunLifecycle", "failure_reason"]

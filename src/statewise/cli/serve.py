@@ -130,6 +130,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    run_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--run-timeout",
+            help="Seconds a run may take when its agent, team or workflow sets no "
+            "run_timeout; past them the run ends failed (HTTP 504). Default: no limit.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
     /docs. API keys come from STATEWISE_API_KEYS="key=user,..." and STATEWISE_ADMIN_KEYS;
@@ -160,7 +169,7 @@ def serve(
         if db:
             _use_db(objects, db)
         fleet = _fleet(fleet_db) if fleet_db else None
-        app = create_app(objects, public_docs=public_docs, fleet=fleet)
+        app = create_app(objects, public_docs=public_docs, fleet=fleet, run_timeout=run_timeout)
         sock = _bind(host, port)
     except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)

@@ -155,14 +155,17 @@ return out
 
 
 CLAIM_RUN = r"""#!lua
--- KEYS[1] the session's run leases hash; ARGV: run id, owner, new expiry, now.
+-- KEYS[1] the session's run leases hash; ARGV: run id, owner, seconds to live.
 -- A lease is "owner|expiry"; taken when free, ours, or expired. Returns 1 or 0.
+-- Expiry is by the server's clock (TIME), not the client's.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held then
   local owner, expires = string.match(held, '^(.*)|([^|]*)$')
-  if owner ~= ARGV[2] and tonumber(expires) > tonumber(ARGV[4]) then return 0 end
+  if owner ~= ARGV[2] and tonumber(expires) > now then return 0 end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. string.format('%.6f', now + tonumber(ARGV[3])))
 return 1
 """
 

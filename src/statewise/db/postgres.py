@@ -586,16 +586,18 @@ class PostgresDb(BaseDb):
         return run_locked_commit(self, session_id, bases, build)
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        """Expiry by the server's clock (`clock_timestamp()`), not this client's: clients
+        whose clocks disagree still agree on who holds a run."""
         s = self._s
-        now = time.time()
+        now = "extract(epoch from clock_timestamp())::double precision"
 
         def claim(conn: psycopg.Connection[Any]) -> bool:
             row = conn.execute(
                 f"INSERT INTO {s}.run_leases AS l (session_id, run_id, owner, expires_at) "
-                f"VALUES (%s, %s, %s, %s) ON CONFLICT (session_id, run_id) DO UPDATE SET "
-                f"owner = excluded.owner, expires_at = excluded.expires_at "
-                f"WHERE l.owner = excluded.owner OR l.expires_at <= %s RETURNING owner",
-                (session_id, run_id, owner, now + ttl, now),
+                f"VALUES (%s, %s, %s, {now} + %s) ON CONFLICT (session_id, run_id) DO UPDATE "
+                f"SET owner = excluded.owner, expires_at = excluded.expires_at "
+                f"WHERE l.owner = excluded.owner OR l.expires_at <= {now} RETURNING owner",
+                (session_id, run_id, owner, float(ttl)),
             ).fetchone()
             return row is not None
 

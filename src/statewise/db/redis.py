@@ -442,12 +442,12 @@ class RedisDb(BaseDb):
         return keys, [_codec.dumps(header), *blobs]
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
-        now = time.time()
+        """Expiry by the server's clock (`TIME`), not this client's."""
         reply = self._call(
             "run lease",
             self._claim_script,
             keys=[self.keys.leases(session_id)],
-            args=[run_id, owner, repr(now + ttl), repr(now)],
+            args=[run_id, owner, repr(float(ttl))],
         )
         return int(reply) == 1
 

@@ -1193,6 +1193,8 @@ class SqliteDb(BaseDb):
         return result, large
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
+        # (Every client of a SQLite file runs on the machine holding it: its clock is the
+        # database's.)
         p = self.table_prefix
         now = time.time()
 

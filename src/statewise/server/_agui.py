@@ -262,6 +262,7 @@ class AguiStream:
                 session_id=self.thread_id,
                 approvals=self.resume.approvals,
                 stream=True,
+                run_timeout=self.served.run_timeout,
                 **extra,
             )
         else:
@@ -274,6 +275,7 @@ class AguiStream:
                 user_id=self.user_id,
                 session_state=self.initial_state,
                 stream=True,
+                run_timeout=self.served.run_timeout,
                 **extra,
             )
         output = None

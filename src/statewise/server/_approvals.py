@@ -87,7 +87,7 @@ def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> di
     response_model=None,
     responses={
         **ok(RunResult, "The continued run (paused again if it needs another answer)"),
-        **problems(*SESSION, 409, 413, 502),
+        **problems(*SESSION, 409, 413, 502, 504),
         404: {**problems(404)[404], "description": "No such session or run (or another user's)"},
         409: {
             **problems(409)[409],
@@ -106,6 +106,8 @@ async def continue_run(
     validate_id(run_id, "run_id")
     obj = _pausable(served)
     approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}
-    output = await obj.acontinue_run(run_id, session_id=session_id, approvals=approvals)
+    output = await obj.acontinue_run(
+        run_id, session_id=session_id, approvals=approvals, run_timeout=served.run_timeout
+    )
     data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
     return JSONResponse(data)

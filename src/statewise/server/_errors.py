@@ -24,6 +24,7 @@ from statewise.exceptions import (
     RunError,
     RunNotFoundError,
     RunNotPausedError,
+    RunTimeoutError,
     SessionDeletedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -109,6 +110,8 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(503, str(exc), title="Database unavailable")
     if isinstance(exc, StorageError):
         return Problem(500, str(exc), title="Storage error")
+    if isinstance(exc, RunTimeoutError):
+        return Problem(504, str(exc), title="Run timed out")
     if isinstance(exc, ModelError):
         return Problem(502, f"{type(exc).__name__}: {exc}", title="Model request failed")
     if isinstance(exc, RunError | ConfigurationError):

@@ -31,6 +31,14 @@ class Served:
     name: str
     obj: Any
     default_user: str | None = None
+    default_run_timeout: float | None = None  # the server's, for objects that set none
+
+    @property
+    def run_timeout(self) -> float | None:
+        """The deadline of a run started here: the object's `run_timeout`, else the
+        server's default."""
+        own: float | None = getattr(self.obj, "run_timeout", None)
+        return own if own is not None else self.default_run_timeout
 
     @property
     def store(self) -> StateStore:
@@ -75,7 +83,9 @@ class Registry:
     served: dict[tuple[str, str], Served] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, apps: Sequence[Any] | Mapping[str, Any]) -> Registry:
+    def build(
+        cls, apps: Sequence[Any] | Mapping[str, Any], *, run_timeout: float | None = None
+    ) -> Registry:
         items: list[tuple[str | None, Any]]
         if isinstance(apps, Mapping):
             items = list(apps.items())
@@ -105,7 +115,11 @@ class Registry:
             if (kind, name) in registry.served:
                 raise ConfigurationError(f"two {kind} are named {name!r}")
             registry.served[(kind, name)] = Served(
-                kind=kind, name=name, obj=obj, default_user=getattr(obj, "user_id", None)
+                kind=kind,
+                name=name,
+                obj=obj,
+                default_user=getattr(obj, "user_id", None),
+                default_run_timeout=run_timeout,
             )
         return registry
 

@@ -89,10 +89,11 @@ async def _start(
         user_id=user_id,
         session_state=body.session_state,
         stream=stream,
+        run_timeout=served.run_timeout,
     )
 
 
-RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, 410, *DB, 502)
+RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, 410, *DB, 502, 504)
 
 
 async def _prepare(

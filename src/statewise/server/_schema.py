@@ -65,6 +65,7 @@ _WHY: dict[int, str] = {
     500: "The run or the server failed; the detail says why",
     502: "The model provider failed (after retries)",
     503: "The database is unavailable",
+    504: "The run passed its run_timeout; it is recorded as failed",
 }
 
 

@@ -11,6 +11,7 @@ from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from statewise.fleet import Fleet
+from statewise.run.deadline import check_run_timeout
 from statewise.server._agui import router as agui_router
 from statewise.server._approvals import router as approvals_router
 from statewise.server._auth import KeyRing, KeySpec
@@ -48,6 +49,7 @@ def create_app(
     title: str = "statewise",
     public_docs: bool = False,
     fleet: Fleet | None = None,
+    run_timeout: float | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `apps` (Agents, Teams, Workflows; a list, or a mapping of URL
     name -> object).
@@ -62,10 +64,14 @@ def create_app(
 
     With a `fleet` (`statewise.fleet.Fleet`), `/v1/fleet/runs` and the web page list the
     runs on its durable queues with the worker running each.
+
+    `run_timeout` (seconds) is the deadline of runs of served objects that set none
+    themselves (`Agent(run_timeout=...)`): past it a run ends `failed` ("run exceeded its
+    run_timeout of N s") and its request answers 504.
     """
     from statewise import __version__
 
-    registry = Registry.build(apps)
+    registry = Registry.build(apps, run_timeout=check_run_timeout(run_timeout))
     keys = KeyRing(api_keys, admin_keys)
     app = FastAPI(
         title=title,

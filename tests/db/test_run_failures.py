@@ -99,7 +99,7 @@ def refusing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Refusin
 
     def run_sql(sql: str) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql.replace("{s}", s))  # type: ignore[arg-type]
+            conn.execute(sql.replace("{s}", s))
 
     run_sql(
         "CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS "
@@ -108,7 +108,7 @@ def refusing(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Refusin
     yield Refusing("postgres", pg, run_sql)
     pg.close()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")  # type: ignore[arg-type]
+        conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
 
 
 def _only_run(db: BaseDb, sid: str) -> Any:

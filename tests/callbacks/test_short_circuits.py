@@ -11,7 +11,7 @@ import pytest
 from statewise import Agent, RunContext
 from statewise.exceptions import RunError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
-from statewise.run.loop import ModelRequest
+from statewise.run.step import ModelRequest
 
 
 class CountingModel(FunctionModel):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import statewise.run.driver
-import statewise.run.loop
+import statewise.run.step
 from statewise import Agent
 from statewise.db import InMemoryDb
 from statewise.models import FunctionModel, ModelResponse
@@ -22,7 +22,7 @@ def test_a_run_nobody_iterates_makes_no_events(monkeypatch: pytest.MonkeyPatch) 
     def refuse(**kwargs: Any) -> None:
         raise AssertionError("an event was made for nobody")
 
-    for module in (statewise.run.loop, statewise.run.driver):
+    for module in (statewise.run.step, statewise.run.driver):
         for name in ("RunStarted", "ToolCallStarted", "ToolCallCompleted", "RunCompleted"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, refuse)

@@ -271,14 +271,9 @@ class Agent(SessionOwner):
             overwrite=self.overwrite_db_session_state,
             history_runs=self.num_history_runs if self.add_history_to_context else None,
             stream=stream,
-            run_timeout=self._run_timeout(run_timeout),
+            # A run's own `run_timeout=` wins over the agent's.
+            run_timeout=self.run_timeout if run_timeout is None else check_run_timeout(run_timeout),
         )
-
-    def _run_timeout(self, per_run: float | None) -> float | None:
-        """A run's deadline in seconds: its own `run_timeout=`, else the agent's."""
-        if per_run is None:
-            return self.run_timeout
-        return check_run_timeout(per_run)
 
     def _output(
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
@@ -312,7 +307,7 @@ class Agent(SessionOwner):
             approvals=approvals,
             history_runs=self.num_history_runs if self.add_history_to_context else None,
             stream=stream,
-            run_timeout=self._run_timeout(run_timeout),
+            run_timeout=self.run_timeout if run_timeout is None else check_run_timeout(run_timeout),
         )
         rt, store = self._runtime(client_tools=client_tools), self._store
         return lambda emit: drive_continue(rt, store, request, emit)

@@ -46,8 +46,8 @@ class Deadline:
     at: float  # on the monotonic clock
 
     @classmethod
-    def after(cls, seconds: float | None) -> Deadline | None:
-        return None if seconds is None else cls(seconds=seconds, at=time.monotonic() + seconds)
+    def after(cls, seconds: float) -> Deadline:
+        return cls(seconds=seconds, at=time.monotonic() + seconds)
 
     @property
     def reason(self) -> str:

@@ -120,13 +120,11 @@ async def drive_run(
         session_id=spec.session_id, run_id=run_id, agent_name=rt.name, input=request.input
     )
     metrics = RunMetrics()  # nested runs (team members) count in this run
-    async with RunLifecycle(
-        store=store,
-        spec=spec,
-        record=record,
-        agent=rt.agent,
-        kind=getattr(rt.agent, "_kind", "agent"),
-        debug=bool(getattr(rt.agent, "debug_mode", False)),
+    async with agent_lifecycle(
+        rt,
+        store,
+        spec,
+        record,
         durable=points is not None,
         share_scope=points is not None,  # team members commit under the run's commit ids
         metrics=metrics,
@@ -190,6 +188,23 @@ async def drive_run(
                 await emit(changed)
             await emit(RunCompleted(output=output))
         return output
+
+
+def agent_lifecycle(
+    rt: AgentRuntime, store: StateStore, spec: SessionSpec, record: RunRecord, **options: Any
+) -> RunLifecycle:
+    """The lifecycle of an agent's (or team's) run or continuation; `options` as
+    `RunLifecycle` takes them."""
+    agent = rt.agent
+    return RunLifecycle(
+        store=store,
+        spec=spec,
+        record=record,
+        agent=agent,
+        kind=getattr(agent, "_kind", "agent"),
+        debug=bool(getattr(agent, "debug_mode", False)),
+        **options,
+    )
 
 
 async def end_run(

@@ -90,26 +90,26 @@ class RunLifecycle:
     def run_id(self) -> str:
         return self.record.run_id
 
-    @property
-    def name(self) -> str | None:
-        return self.record.agent_name
-
     async def __aenter__(self) -> RunLifecycle:
-        self.deadline = Deadline.after(self.run_timeout)
-        self.txn = txn = await self.store.abegin(self.spec, mode=self.mode)
+        seconds = self.run_timeout
+        deadline = None if seconds is None else Deadline.after(seconds)
+        self.deadline = deadline
+        spec, run_id = self.spec, self.record.run_id
+        self.txn = txn = await self.store.abegin(spec, mode=self.mode)
         working = txn.working
-        self.scope = scope = self.scope_type(txn=txn, run_id=self.run_id, durable=self.durable)
+        self.scope = scope = self.scope_type(txn=txn, run_id=run_id, durable=self.durable)
         metadata: dict[str, Any] = {METRICS_KEY: self.metrics}
         if self.share_scope:
             metadata[SCOPE_KEY] = scope
-        if self.deadline is not None:
-            metadata[DEADLINE_KEY] = self.deadline
+        if deadline is not None:
+            metadata[DEADLINE_KEY] = deadline
+        name = self.record.agent_name
         self.ctx = ctx = RunContext(
-            run_id=self.run_id,
-            session_id=self.spec.session_id,
-            user_id=working.spec.user_id if self.session_user else self.spec.user_id,
+            run_id=run_id,
+            session_id=spec.session_id,
+            user_id=working.spec.user_id if self.session_user else spec.user_id,
             agent=self.agent,
-            agent_name=self.name,
+            agent_name=name,
             step=self.step,
             metadata=metadata,
             _working=working,
@@ -120,9 +120,9 @@ class RunLifecycle:
             ctx,
             scope,
             kind=self.kind,
-            name=self.name,
-            session_id=self.spec.session_id,
-            run_id=self.run_id,
+            name=name,
+            session_id=spec.session_id,
+            run_id=run_id,
             debug=self.debug,
         )
         return self

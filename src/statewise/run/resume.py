@@ -32,12 +32,11 @@ from statewise.db.store import SessionSpec, StateStore, new_id
 from statewise.exceptions import RunNotFoundError, RunNotPausedError, VersionConflict
 from statewise.models.messages import Message, ToolCall
 from statewise.run.deadline import bounded
-from statewise.run.driver import end_run, history_messages
+from statewise.run.driver import agent_lifecycle, end_run, history_messages
 from statewise.run.emit import Emit
 from statewise.run.events import RunCompleted, RunStarted, ToolCallCompleted
 from statewise.run.lease import RunLease
-from statewise.run.lifecycle import RunLifecycle
-from statewise.run.loop import StepsResult, call_tool, run_steps, tool_call_event
+from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.pause import (
     CONTINUED_EVENT,
@@ -47,6 +46,7 @@ from statewise.run.pause import (
     check_answers,
 )
 from statewise.run.runtime import AgentRuntime
+from statewise.run.tool_calls import call_tool, tool_call_event
 
 CLAIM_SECONDS = 10.0
 CONTINUE_LEASE_SECONDS = 30.0  # a dead continuer's run can be continued again after this
@@ -283,13 +283,11 @@ async def _continue_claimed(
     metrics = RunMetrics(**{k: v for k, v in record.metrics.items() if k in RunMetrics.__slots__})
     before = [Message.from_dict(m) for m in record.messages]
     result = StepsResult()
-    async with RunLifecycle(
-        store=store,
-        spec=spec,
-        record=record,
-        agent=rt.agent,
-        kind=getattr(rt.agent, "_kind", "agent"),
-        debug=bool(getattr(rt.agent, "debug_mode", False)),
+    async with agent_lifecycle(
+        rt,
+        store,
+        spec,
+        record,
         mode="existing",
         session_user=True,
         step=paused.step,

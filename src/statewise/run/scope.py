@@ -52,14 +52,6 @@ class RunScope:
     def working(self) -> WorkingState:
         return self.txn.working
 
-    async def end_step(
-        self, events: Sequence[NewEvent] = (), *, step: int | None = None, source: str = "step"
-    ) -> StateChanged | None:
-        """The end of one of the run loop's model steps (commit point b): committed at
-        once here. A workflow step's scope (`workflow._engine.StepScope`) holds it instead,
-        for the workflow step's one commit."""
-        return await self.commit(events, step=step, source=source)
-
     def drop_uncommitted(self) -> None:
         """Forget what is held for a later commit (nothing, here): the run failed."""
 
@@ -107,3 +99,8 @@ class RunScope:
         if not committed.changes:
             return None
         return StateChanged(versions=versions, ops=committed.changes, step=step)
+
+    # The end of one of the run loop's model steps (commit point b): committed at once
+    # here (`commit` itself, not a call more per step). A workflow step's scope
+    # (`workflow._engine.StepScope`) holds it instead, for the workflow step's one commit.
+    end_step = commit

@@ -24,8 +24,9 @@ from statewise.run.context import RunContext
 from statewise.run.driver import run_nested
 from statewise.run.emit import Emit
 from statewise.run.events import RunEvent
-from statewise.run.loop import EVENT_SINK, StepsResult
+from statewise.run.loop import StepsResult
 from statewise.run.scope import SCOPE_KEY, RunScope
+from statewise.run.tool_calls import EVENT_SINK
 from statewise.tools.function import Function
 
 TeamMode = Literal["coordinate", "route"]

@@ -68,7 +68,13 @@ class StepScope(RunScope):
     held: list[NewEvent] = field(default_factory=list)
 
     async def end_step(
-        self, events: Sequence[NewEvent] = (), *, step: int | None = None, source: str = "step"
+        self,
+        events: Sequence[NewEvent] = (),
+        *,
+        run: RunRecord | None = None,
+        step: int | None = None,
+        source: str = "unattributed",
+        commit_id: str | None = None,
     ) -> StateChanged | None:
         self.working.mark(source)
         self.held.extend(events)

@@ -16,6 +16,7 @@ from statewise.run.events import (
 )
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
+from statewise.state.gcpause import tune_collector
 from statewise.state.schema import Reducer, Secret
 from statewise.team import Team
 from statewise.tools import Function, MCPTools, Toolkit, tool
@@ -65,4 +66,5 @@ __all__ = [
     "Workflow",
     "__version__",
     "tool",
+    "tune_collector",
 ]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from statewise import tune_collector
 from statewise.exceptions import ConfigurationError, MissingDependencyError, StatewiseError
 
 DEMO_TARGET = "statewise.server.demo:build_apps"
@@ -181,6 +182,7 @@ def serve(
     if fleet_db:
         typer.echo("  fleet runs  GET /v1/fleet/runs")
     sys.stdout.flush()
+    tune_collector()  # this process is ours: see statewise.state.gcpause
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
     server.run(sockets=[sock])
 

@@ -190,12 +190,6 @@ class StateStore:
             cipher=self.codec.configured_cipher,
         )
 
-    def with_rules(self, rules: Rules) -> StateStore:
-        """The same database, schema and secrets with other merge rules."""
-        store = self.on(self.db)
-        store.rules = rules
-        return store
-
     # ---- transactions (what writers use) ------------------------------------------------
 
     def begin(

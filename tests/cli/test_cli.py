@@ -4,6 +4,7 @@ subprocess."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -364,3 +365,33 @@ def test_the_sample_agent_file_defines_root_agent() -> None:
         "state": {},
         "queries": ["hello world!"],
     }
+
+
+def test_state_history_tells_runs_apart_and_dates_carry_year_and_zone(workdir: Path) -> None:
+    """Time-ordered run ids share their first characters: the table shows them whole."""
+    db = f"sqlite:///{workdir / 'ids.db'}"
+    for item in ("milk", "eggs"):
+        assert (
+            invoke("run", "my_agent.py", f"remember {item}", "--session", "i", "--db", db)[0] == 0
+        )
+    _, out, _ = invoke("state", "history", "i", "--db", db, "--json")
+    run_ids = {d["run_id"] for d in json.loads(out)}
+    assert len(run_ids) == 2
+    result = CliRunner().invoke(app, ["state", "history", "i", "--db", db], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    shown = [f"…{run_id[-8:]}" for run_id in run_ids]
+    assert all(label in result.stdout for label in shown) and shown[0] != shown[1]
+    year = str(__import__("datetime").date.today().year)
+    stamps = re.findall(rf"{year}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d", result.stdout)
+    assert len(stamps) == 4, result.stdout
+
+
+def test_unique_tails_tell_time_ordered_ids_apart() -> None:
+    from statewise.cli._state import unique_tails
+
+    ids = ["0190aaaa-0000-7000-8000-00000000000a", "0190aaaa-0000-7000-8000-10000000000a"]
+    assert unique_tails(ids) == {
+        ids[0]: "…00000000000a",
+        ids[1]: "…10000000000a",
+    }
+    assert unique_tails(["short"]) == {"short": "short"}

@@ -142,8 +142,9 @@ def history(
         return
     table = Table(title=f"State history of session {session_id}", title_justify="left")
     table.add_column("version", justify="right")
-    table.add_column("when", no_wrap=True)
+    table.add_column("when")
     table.add_column("run", no_wrap=True)
+    run_label = unique_tails([d.run_id for d in deltas if d.run_id])
     table.add_column("step", justify="right")
     table.add_column("source", overflow="fold")
     table.add_column("changes", overflow="fold")
@@ -153,7 +154,7 @@ def history(
             table.add_row(
                 str(delta.version) if first else "",
                 _when(delta.created_at) if first else "",
-                (delta.run_id or "-")[:8] if first else "",
+                run_label.get(delta.run_id or "", "-") if first else "",
                 "" if delta.step is None or not first else str(delta.step),
                 segment.source,
                 "\n".join(_describe(op) for op in segment.ops),
@@ -234,4 +235,20 @@ def _describe(op: dict[str, Any]) -> str:
 
 
 def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%m-%d %H:%M:%S") if timestamp else "-"
+    """A moment with its year and zone (RFC 3339, the local zone, to the second)."""
+    if not timestamp:
+        return "-"
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(" ", timespec="seconds")
+
+
+def unique_tails(ids: list[str], shortest: int = 8) -> dict[str, str]:
+    """Each id's shortest tail (at least `shortest` characters) that no other id shares.
+
+    Run ids are time-ordered, so ids made close together share their first characters
+    and differ at the end: a prefix would label every row the same."""
+    distinct = sorted(set(ids))
+    for n in range(shortest, max((len(i) for i in distinct), default=0) + 1):
+        tails = {i: ("…" + i[-n:]) if len(i) > n else i for i in distinct}
+        if len(set(tails.values())) == len(distinct):
+            return tails
+    return {i: i for i in distinct}

@@ -190,12 +190,39 @@ def run(
             "(the same as STATEWISE_LOG=debug).",
         ),
     ] = False,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve", help="Approve every tool call a run pauses on (needs_approval tools)."
+        ),
+    ] = False,
+    reject: Annotated[
+        str | None,
+        typer.Option(
+            "--reject",
+            metavar="REASON",
+            help="Reject every tool call a run pauses on; the reason goes to the model.",
+            show_default=False,
+        ),
+    ] = None,
+    continue_: Annotated[
+        str | None,
+        typer.Option(
+            "--continue",
+            metavar="RUN_ID",
+            help="Answer this paused run of --session (with --approve or --reject, or asked "
+            "at the terminal) instead of sending a message.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run an agent defined in a Python file: one message, or a replay file's queries.
 
-    Prints the exchange as \\[user]: ... and \\[agent name]: ... lines.
+    Prints the exchange as \\[user]: ... and \\[agent name]: ... lines. A run that pauses
+    for approval shows the call it waits on and is answered by --approve or --reject, or
+    asked at the terminal; otherwise the command exits with code 3 and says how to answer.
     """
-    from statewise.cli._run import parse_state, read_replay, run_queries
+    from statewise.cli._run import Decision, parse_state, read_replay, run_queries
 
     if debug:
         import logging
@@ -205,7 +232,13 @@ def run(
         logging.getLogger("statewise").setLevel(logging.DEBUG)
 
     with _clear_errors():
-        if (message is None) == (replay is None):
+        if approve and reject is not None:
+            raise CliError("give --approve or --reject, not both")
+        if continue_ is not None and session is None:
+            raise CliError("--continue needs the --session the paused run belongs to")
+        if (message is None) == (replay is None) and not (
+            continue_ is not None and message is None and replay is None
+        ):
             raise CliError(
                 "give either a message or --replay FILE",
                 hint='statewise run my_agent.py "hello"   or   '
@@ -227,6 +260,10 @@ def run(
             state=initial,
             show_state=show_state,
             traceback=traceback,
+            decision=Decision(approve=True)
+            if approve
+            else (Decision(approve=False, reason=reject) if reject is not None else None),
+            continue_run=continue_,
         )
 
 

@@ -63,7 +63,8 @@ def invoke(*args: str) -> tuple[int, str, str]:
 def refunded(session: str) -> list[int]:
     code, out, err = invoke("state", "show", session, "--db", "sqlite:///app.db", "--json")
     assert code == 0, err
-    return json.loads(out).get("refunded", [])
+    found: list[int] = json.loads(out).get("refunded", [])
+    return found
 
 
 def test_a_paused_run_is_shown_and_exits_3_without_running_the_tool(workdir: Path) -> None:

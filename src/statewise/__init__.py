@@ -2,6 +2,7 @@
 never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
+from statewise.agent.service import Sessions, SessionState
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -53,6 +54,8 @@ __all__ = [
     "RunOutput",
     "RunStarted",
     "Secret",
+    "SessionState",
+    "Sessions",
     "StateChanged",
     "Step",
     "StepCompleted",

@@ -14,6 +14,7 @@ from rich.pretty import Pretty
 from statewise.cli._errors import CliError, fail
 from statewise.cli.fleet import enqueue, runs_app, worker
 from statewise.cli.serve import serve
+from statewise.cli.sessions import register_runs, register_state, sessions_app
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
@@ -27,8 +28,8 @@ app = typer.Typer(
 )
 state_app = typer.Typer(
     name="state",
-    help="Look at a session's state: now, its history of changes, and what changed between "
-    "two versions.",
+    help="A session's state: now, its history of changes, what changed between two "
+    "versions; roll it back, or fork a new session from it.",
     no_args_is_help=True,
     context_settings=HELP_OPTIONS,
 )
@@ -285,8 +286,8 @@ def state_show(
     keys)."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.show(console, _state.open_db(db), session, at, as_json)
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.show(console, sessions, session, at, as_json)
 
 
 @state_app.command("history")
@@ -302,8 +303,8 @@ def state_history(
     callback, tool or API call that made it."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.history(console, _state.open_db(db), session, limit, as_json, db or "URL")
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.history(console, sessions, session, limit, as_json, db or "URL")
 
 
 @state_app.command("diff")
@@ -331,14 +332,17 @@ def state_diff(
     """What changed in a session's state between two versions (or runs), path by path."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.diff(console, _state.open_db(db), session, from_, to, as_json)
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.diff(console, sessions, session, from_, to, as_json)
 
 
 app.command("serve")(serve)
 app.command("enqueue")(enqueue)
 app.command("worker")(worker)
 app.add_typer(runs_app)
+app.add_typer(sessions_app)
+register_state(state_app)
+register_runs(runs_app)
 
 
 def _rich_logging() -> None:

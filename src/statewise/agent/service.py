@@ -44,6 +44,7 @@ class Sessions(TimeTravel):
     def __init__(self, db: BaseDb | str) -> None:
         self.db = resolve_db(db)
         self._store = StateStore(self.db)
+        self._owns_db = isinstance(db, str)  # a database object stays its owner's to close
 
     def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
         if session_id is None:
@@ -130,7 +131,9 @@ class Sessions(TimeTravel):
         return self.db.prune_sessions(older_than=older_than)
 
     def close(self) -> None:
-        self.db.close()
+        """Close the database if it was opened here from a URL."""
+        if self._owns_db:
+            self.db.close()
 
     def __enter__(self) -> Sessions:
         return self

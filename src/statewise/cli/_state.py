@@ -134,7 +134,7 @@ def history(
                 run_label.get(delta["run_id"] or "", "-") if first else "",
                 "" if delta["step"] is None or not first else str(delta["step"]),
                 segment["source"],
-                "\n".join(_describe(op) for op in segment["ops"]),
+                "\n".join(describe_op(op) for op in segment["ops"]),
             )
             first = False
         for conflict in delta["conflicts"]:
@@ -201,7 +201,7 @@ def _value(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _describe(op: dict[str, Any]) -> str:
+def describe_op(op: dict[str, Any]) -> str:
     kind, path = op.get("op"), _path(op.get("path", []))
     if kind == "delete":
         return f"delete {path}"

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.pretty import Pretty
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli.chat import chat
 from statewise.cli.fleet import enqueue, runs_app, worker
 from statewise.cli.serve import serve
 from statewise.cli.sessions import register_runs, register_state, sessions_app
@@ -336,6 +337,7 @@ def state_diff(
         _state.diff(console, sessions, session, from_, to, as_json)
 
 
+app.command("chat")(chat)
 app.command("serve")(serve)
 app.command("enqueue")(enqueue)
 app.command("worker")(worker)

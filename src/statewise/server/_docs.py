@@ -147,13 +147,15 @@ __CSS__
 
 
 def _page(title: str, mode: str) -> str:
-    css = f'<link rel="stylesheet" href="{ASSETS_URL}/swagger-ui.css">' if mode == "swagger" else ""
+    # Relative URLs: the page works wherever the app is mounted (a prefix, a proxy).
+    assets = ASSETS_URL.lstrip("/")
+    css = f'<link rel="stylesheet" href="{assets}/swagger-ui.css">' if mode == "swagger" else ""
     js = "swagger-ui-bundle.js" if mode == "swagger" else "redoc.standalone.js"
-    config = json.dumps({"openapi_url": "/openapi.json", "mode": mode})
+    config = json.dumps({"openapi_url": "openapi.json", "mode": mode})
     return (
         _PAGE.replace("__TITLE__", f"{title} - API docs")
         .replace("__CSS__", css)
-        .replace("__ASSETS__", ASSETS_URL)
+        .replace("__ASSETS__", assets)
         .replace("__JS__", js)
         .replace("__CONFIG__", config)
     )
@@ -187,7 +189,12 @@ def install_docs(
     @app.get("/openapi.json", include_in_schema=False)
     def openapi_json(request: Request) -> JSONResponse:
         allowed(request)
-        return JSONResponse(openapi())
+        root = request.scope.get("root_path", "")
+        if not root:
+            return JSONResponse(openapi())
+        # Mounted under a prefix (or behind a proxy that strips one): "Try it out" and
+        # generated clients call the API there.
+        return JSONResponse({**openapi(), "servers": [{"url": root}]})
 
     def page(mode: str, request: Request) -> Response:
         status = 200

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from statewise.db import BaseDb
@@ -133,9 +133,12 @@ def create_app(
         app.include_router(fleet_router)
     install_docs(app, registry, keys, public_docs=public_docs)
 
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    page = page.replace("__FLEET__", "1" if fleet is not None else "0")
+
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+    def index() -> HTMLResponse:
+        return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
 
     @app.get(
         "/healthz",

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from statewise.cli import app
@@ -395,3 +396,25 @@ def test_unique_tails_tell_time_ordered_ids_apart() -> None:
         ids[1]: "…10000000000a",
     }
     assert unique_tails(["short"]) == {"short": "short"}
+
+
+def _help_texts(typer_app: typer.Typer) -> list[str]:
+    texts = [c.help or "" for c in typer_app.registered_commands]
+    for group in typer_app.registered_groups:
+        assert group.typer_instance is not None
+        texts.append(str(group.typer_instance.info.help or ""))
+        texts += _help_texts(group.typer_instance)
+    return texts
+
+
+def test_help_texts_are_paragraphs_not_the_docstrings_line_breaks() -> None:
+    """A single newline in a help text shows as a broken line at any terminal width."""
+    texts = _help_texts(app)
+    assert len(texts) > 20
+    for text in texts:
+        assert "\n" not in text.replace("\n\n", ""), text
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert (
+        "Serve agents, teams and workflows over HTTP, with a web page at / and API docs at /docs."
+        in result.stdout
+    )

@@ -365,6 +365,32 @@ def _rich_logging() -> None:
         logger.setLevel(level)
 
 
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Help from docstrings as paragraphs, not as the docstring's line breaks: rich keeps a
+    single newline, so a docstring wrapped at 88 columns showed broken lines at any width.
+    Blank lines still separate paragraphs."""
+    import inspect
+    import re
+
+    def reflow(text: str) -> str:
+        paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+        return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+    for command in typer_app.registered_commands:
+        doc = command.help or (command.callback.__doc__ if command.callback else None)
+        if doc:
+            command.help = reflow(doc)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            info = group.typer_instance.info
+            if isinstance(info.help, str):
+                info.help = reflow(info.help)
+            reflow_help(group.typer_instance)
+
+
+reflow_help(app)
+
+
 def main() -> None:
     _rich_logging()
     app()

@@ -265,7 +265,9 @@ def serve(
     ] = None,
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
-    /docs. Who may call: API keys from STATEWISE_API_KEYS="key=user,..." and
+    /docs.
+
+    Who may call: API keys from STATEWISE_API_KEYS="key=user,..." and
     STATEWISE_ADMIN_KEYS, or JWTs (--jwt-secret, --jwt-public-key or --jwt-jwks); with
     neither, the server only binds to a loopback address (--host 127.0.0.1). --port 0
     picks a free port and prints it. SIGTERM lets runs in flight finish before it exits."""

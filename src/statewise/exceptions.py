@@ -37,7 +37,9 @@
     └── RunError                      a run cannot go on (no model, step limit, ...)
         ├── RunNotFoundError          the session has no run with that id
         ├── RunNotPausedError         continuing a run that is not paused (or was continued)
-        └── InvalidApprovalError      approvals that do not answer a paused run's tool calls
+        ├── InvalidApprovalError      approvals that do not answer a paused run's tool calls
+        └── OutputValidationError     an answer that does not fit output_schema (names the
+                                      field and the reason), after every retry
 
 Errors a model can act on (a tool that raises, bad tool arguments, an unknown tool) never
 surface as exceptions: they go back to the model as the tool's result. The three classes
@@ -266,3 +268,17 @@ class RunNotPausedError(RunError):
 class InvalidApprovalError(RunError, ValueError):
     """Approvals that do not answer a paused run's pending tool calls (one is missing,
     unknown, or malformed)."""
+
+
+class OutputValidationError(RunError, ValueError):
+    """The model's answer does not fit the run's `output_schema`, after every retry.
+
+    `problems` lists each failing field (a dotted path, `""` for the whole answer) with
+    the reason; the message names them."""
+
+    def __init__(self, schema: str, problems: list[tuple[str, str]]) -> None:
+        shown = "; ".join(f"{path or 'answer'}: {reason}" for path, reason in problems[:8])
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        super().__init__(f"the answer does not fit {schema}: {shown}{more}")
+        self.schema = schema
+        self.problems = problems

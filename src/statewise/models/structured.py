@@ -15,30 +15,12 @@ import copy
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast, is_typeddict
 
 from statewise.exceptions import ConfigurationError, OutputValidationError
+from statewise.models.messages import FINAL_ANSWER_TOOL, OutputSpec
 
 T = TypeVar("T")
-
-FINAL_ANSWER_TOOL = "final_answer"
-"""The tool a provider without native structured output asks the model to call with its
-answer (its arguments are the answer)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OutputSpec:
-    """The answer format a request asks for.
-
-    `strict` is true when the schema fits OpenAI's strict structured outputs (every
-    property required, no additional properties, only supported keywords): then the
-    provider can ask for it strictly and the answer always parses."""
-
-    name: str
-    json_schema: dict[str, Any]
-    description: str | None = None
-    strict: bool = False
 
 
 class OutputSchema(Generic[T]):

@@ -98,6 +98,10 @@ class SessionOwner(TimeTravel):
         self._store = StateStore(
             self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
         )
+        if self._store.secret_keys:
+            # Declared secrets need the encryption key: say so now, not at the first
+            # commit deep inside a run.
+            _ = self._store.cipher
 
     def _default_state(self) -> dict[str, Any]:
         return self.session_state

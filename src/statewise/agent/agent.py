@@ -7,7 +7,9 @@ The agent object holds configuration only; each run's working data lives in the 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Generic, Literal, overload
+
+from typing_extensions import TypeVar
 
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
@@ -18,6 +20,7 @@ from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.models.messages import ToolDefinition
 from statewise.models.registry import infer_model
+from statewise.models.structured import OutputSchema
 from statewise.run.callbacks import Callbacks, as_callbacks
 from statewise.run.checkpoints import CommitPoints
 from statewise.run.context import RunContext
@@ -34,15 +37,24 @@ from statewise.tools import ToolSource, normalize_tools, split_tool_sources
 from statewise.tools.function import Function
 
 Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of an agent's answer: what `output_schema` names (else any)."""
 _NO_CALLBACKS = Callbacks()
 _NO_CALLBACK_ARGS = (None,) * 6
 
 
-class Agent(SessionOwner):
+class Agent(SessionOwner, Generic[OutputT]):
     """An LLM agent whose tools, hooks, callbacks and instructions share a session state.
 
     `session_state` is the template for new sessions; `db` (a database object or a URL
     such as "sqlite:///tmp/agents.db") persists each session's state, runs and events.
+
+    With `output_schema` (a pydantic model, a dataclass, a TypedDict or a JSON Schema
+    dict) the run's answer is a validated value of that type in `RunOutput.content`: the
+    provider is asked for it natively where it can be, an answer that does not fit goes
+    back to the model with the reason up to `output_retries` times, and then the run fails
+    with `OutputValidationError`. With `output_key` too, the value is stored in state as
+    JSON in the run's last commit.
     """
 
     def __init__(
@@ -73,6 +85,8 @@ class Agent(SessionOwner):
         secret_keys: Sequence[str] | None = None,
         expose_secrets_to_model: bool = False,
         output_key: str | None = None,
+        output_schema: type[OutputT] | dict[str, Any] | None = None,
+        output_retries: int = 1,
         max_steps: int = 25,
         before_agent_callback: Callback = None,
         after_agent_callback: Callback = None,
@@ -110,6 +124,13 @@ class Agent(SessionOwner):
         self.markdown = markdown
         self.expose_secrets_to_model = expose_secrets_to_model
         self.output_key = output_key
+        self.output_schema = output_schema
+        self._answer_schema: OutputSchema[OutputT] | None = (
+            OutputSchema(output_schema, name=name) if output_schema is not None else None
+        )
+        if output_retries < 0:
+            raise ConfigurationError(f"output_retries must be 0 or more, got {output_retries}")
+        self.output_retries = output_retries
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}")
         self.max_steps = max_steps
@@ -202,6 +223,7 @@ class Agent(SessionOwner):
             or rt.callbacks is not self.callbacks
             or rt.tool_hooks is not self.tool_hooks
             or rt.output_key is not self.output_key
+            or rt.output_retries is not self.output_retries
             or rt.max_steps is not self.max_steps
         ):
             rt = self._shared_runtime = self._make_runtime({}, ())
@@ -219,6 +241,8 @@ class Agent(SessionOwner):
             tool_hooks=self.tool_hooks,
             callbacks=self.callbacks,
             output_key=self.output_key,
+            output=self._answer_schema,
+            output_retries=self.output_retries,
             max_steps=self.max_steps,
             agent=self,
             injected=injected,
@@ -276,7 +300,7 @@ class Agent(SessionOwner):
 
     def _output(
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
-    ) -> Coroutine[Any, Any, RunOutput]:
+    ) -> Coroutine[Any, Any, RunOutput[OutputT]]:
         """The run, for a caller that wants only its output: no events are made."""
         return drive_run(self._runtime(client_tools=client_tools), self._store, request)
 
@@ -297,7 +321,7 @@ class Agent(SessionOwner):
         stream: bool,
         client_tools: Sequence[ToolDefinition],
         run_timeout: float | None = None,
-    ) -> Callable[[Emit | None], Coroutine[Any, Any, RunOutput]]:
+    ) -> Callable[[Emit | None], Coroutine[Any, Any, RunOutput[OutputT]]]:
         """The continuation, started with where its events go (None: nowhere)."""
         validate_id(run_id, "run_id")
         request = ContinueRequest(
@@ -319,7 +343,7 @@ class Agent(SessionOwner):
         approvals: Mapping[str, Any] | None = None,
         client_tools: Sequence[ToolDefinition] = (),
         run_timeout: float | None = None,
-    ) -> RunOutput:
+    ) -> RunOutput[OutputT]:
         """Continue a paused run (`output.status == "paused"`), here or in any other
         process, with the session's state as it is now.
 
@@ -364,7 +388,7 @@ class Agent(SessionOwner):
         stream: Literal[False] = ...,
         client_tools: Sequence[ToolDefinition] = ...,
         run_timeout: float | None = ...,
-    ) -> RunOutput: ...
+    ) -> RunOutput[OutputT]: ...
     @overload
     async def arun(
         self,
@@ -388,7 +412,7 @@ class Agent(SessionOwner):
         stream: bool = False,
         client_tools: Sequence[ToolDefinition] = (),
         run_timeout: float | None = None,
-    ) -> RunOutput | AsyncIterator[RunEvent]:
+    ) -> RunOutput[OutputT] | AsyncIterator[RunEvent]:
         """Run the agent once. `client_tools` are tools the caller's client runs (an AG-UI
         frontend's): when the model calls one, the run pauses with the call pending until
         `acontinue_run(..., approvals={call_id: Approval(result=...)})`. `run_timeout`
@@ -408,7 +432,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = ...,
         stream: Literal[False] = ...,
         run_timeout: float | None = ...,
-    ) -> RunOutput: ...
+    ) -> RunOutput[OutputT]: ...
     @overload
     def run(
         self,
@@ -430,7 +454,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         run_timeout: float | None = None,
-    ) -> RunOutput | Iterator[RunEvent]:
+    ) -> RunOutput[OutputT] | Iterator[RunEvent]:
         """Run the agent once on a session; works inside a running event loop too.
         `run_timeout` (seconds) overrides the agent's for this run."""
         request = self._request(input, session_id, user_id, session_state, stream, run_timeout)
@@ -446,7 +470,7 @@ class Agent(SessionOwner):
         session_id: str,
         user_id: str | None = None,
         points: CommitPoints,
-    ) -> RunOutput:
+    ) -> RunOutput[OutputT]:
         """Run `run_id` for a durable engine (`statewise.fleet`), whose steps are this run's
         commit points (`statewise.run.checkpoints`): executed again after a crash, the run
         goes on after its last completed commit point without asking the model or calling
@@ -467,7 +491,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         show_tool_calls: bool = True,
-    ) -> RunOutput:
+    ) -> RunOutput[OutputT]:
         """Run and print the exchange with rich (markdown when `markdown=True`)."""
         request = self._request(input, session_id, user_id, session_state, stream)
         return print_run(
@@ -487,7 +511,7 @@ class Agent(SessionOwner):
         session_state: Mapping[str, Any] | None = None,
         stream: bool = False,
         show_tool_calls: bool = True,
-    ) -> RunOutput:
+    ) -> RunOutput[OutputT]:
         from statewise.agent.printing import aprint_run
 
         request = self._request(input, session_id, user_id, session_state, stream)

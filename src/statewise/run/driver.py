@@ -264,8 +264,11 @@ async def end_run(
             commit_id=scope.point_commit_id(),
         )
     spec = scope.working.spec
+    content: Any = result.content
+    if rt.output is not None and content is not None and not result.pending:
+        content = rt.output.parse(content)  # checked at its step: the typed value
     return changed, RunOutput(
-        content=result.content,
+        content=content,
         run_id=run_id,
         session_id=spec.session_id,
         user_id=spec.user_id,
@@ -375,7 +378,7 @@ async def finish_agent(
     working = ctx._working
     assert working is not None
     if rt.output_key:
-        ctx.session_state[rt.output_key] = result.content
+        ctx.session_state[rt.output_key] = answer_value(rt, result.content)
         working.mark(f"output_key{suffix}")
     if not rt.callbacks.after_agent:
         return
@@ -385,5 +388,13 @@ async def finish_agent(
         if result.messages and result.messages[-1].role == "assistant":
             result.messages[-1] = Message(role="assistant", content=result.content)
         if rt.output_key:
-            ctx.session_state[rt.output_key] = result.content
+            ctx.session_state[rt.output_key] = answer_value(rt, result.content)
     working.mark(f"callback:after_agent{suffix}")
+
+
+def answer_value(rt: AgentRuntime, content: Any) -> Any:
+    """What `output_key` stores: the answer's text, or a typed answer as plain JSON (as
+    ADK stores it; the commit checks it against `state_schema`)."""
+    if rt.output is None or content is None:
+        return content
+    return rt.output.to_json(rt.output.parse(content))

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from statewise.db.records import NewEvent
-from statewise.exceptions import RunError
+from statewise.exceptions import OutputValidationError, RunError
 from statewise.models.messages import Message
 from statewise.run import _observe
 from statewise.run.checkpoints import (
@@ -45,6 +45,7 @@ class StepsResult:
     pending_events: list[NewEvent] = field(default_factory=list)
     final_step: int | None = None
     pending: list[PendingToolCall] = field(default_factory=list)  # the run paused on these
+    output_retries: int = 0  # answers sent back for not fitting the output schema
 
 
 async def run_steps(
@@ -122,6 +123,8 @@ async def run_steps(
         failure: BaseException | None = None
         try:
             record = await stepper.take(step)
+            if record.final and rt.output is not None:
+                _check_answer(rt, record, result, ctx.run_id)
             if await _end_step(
                 record, scope, metrics, result, emit, defer_final_commit, points, counted
             ):
@@ -136,6 +139,39 @@ async def run_steps(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
     )
+
+
+def _check_answer(
+    rt: AgentRuntime, record: StepRecord, result: StepsResult, run_id: str
+) -> None:
+    """A typed answer that does not fit its schema goes back to the model with the reason,
+    as the next step's prompt, `output_retries` times; then the run fails with
+    `OutputValidationError` (what earlier steps committed stays committed)."""
+    assert rt.output is not None
+    try:
+        rt.output.parse(record.response.content or "")
+    except OutputValidationError as exc:
+        if result.output_retries >= rt.output_retries:
+            raise
+        result.output_retries += 1
+        retry = Message(
+            role="user",
+            content=(
+                f"Your answer does not fit the required schema {rt.output.title}: "
+                + "; ".join(f"{path or 'answer'}: {reason}" for path, reason in exc.problems)
+                + ". Answer again with JSON that fits the schema."
+            ),
+        )
+        result.messages.append(retry)
+        record.added.append(retry)
+        record.events.append(
+            NewEvent(
+                type="output_invalid",
+                run_id=run_id,
+                data={"error": str(exc), "retry": result.output_retries},
+            )
+        )
+        record.final = False
 
 
 async def _end_step(

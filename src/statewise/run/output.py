@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic
+
+from typing_extensions import TypeVar, Literal
 
 from statewise.db.store import StateLoader
 from statewise.models.messages import Message
@@ -42,15 +44,18 @@ class RunMetrics:
         }
 
 
+OutputT = TypeVar("OutputT", default=Any)
+
+
 @dataclass(kw_only=True, eq=False)
-class RunOutput:
-    """What `run` returns.
+class RunOutput(Generic[OutputT]):
+    """What `run` returns; `content` is the answer (typed by the agent's `output_schema`).
 
     `session_state` is the state as this run left it, copied on first access rather than
     at the end of every run: copying a large state is O(state), a run should not be.
     """
 
-    content: Any
+    content: OutputT
     run_id: str
     session_id: str
     user_id: str | None

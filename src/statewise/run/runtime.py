@@ -12,6 +12,7 @@ from typing import Any
 
 from statewise.models.base import Model
 from statewise.models.messages import ToolDefinition
+from statewise.models.structured import OutputSchema
 from statewise.run.callbacks import Callbacks
 from statewise.run.context import RunContext
 from statewise.tools.function import Function
@@ -27,6 +28,10 @@ class AgentRuntime:
     tool_hooks: tuple[Callable[..., Any], ...] = ()
     callbacks: Callbacks = field(default_factory=Callbacks)
     output_key: str | None = None
+    # A typed answer: the schema the model answers in, and how often an answer that does
+    # not fit is sent back with the reason before the run fails.
+    output: OutputSchema[Any] | None = None
+    output_retries: int = 1
     max_steps: int = 25
     agent: Any = None
     injected: Mapping[str, Any] = field(default_factory=dict)

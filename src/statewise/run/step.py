@@ -10,6 +10,8 @@ span and debug log.
 
 from __future__ import annotations
 
+import json
+
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from statewise.db.records import NewEvent
 from statewise.exceptions import RunError, StateError
 from statewise.models.base import Model
 from statewise.models.messages import (
+    FINAL_ANSWER_TOOL,
     Message,
     ModelResponse,
     RequestInfo,
@@ -91,7 +94,12 @@ class Stepper:
         messages = [Message(role="system", content=system)] if system else []
         messages += self.conversation
         messages += self.messages
-        info = RequestInfo(tools=self.tools, run_id=ctx.run_id, step=step)
+        info = RequestInfo(
+            tools=self.tools,
+            run_id=ctx.run_id,
+            step=step,
+            output=rt.output.spec if rt.output is not None else None,
+        )
         response = None
         available: dict[str, Any] = {}
         if rt.callbacks.before_model or rt.callbacks.after_model:
@@ -128,6 +136,8 @@ class Stepper:
             ctx.metadata.pop("model_response", None)
             scope.working.mark("callback:after_model")
         _check_response(response)
+        if rt.output is not None:
+            _take_final_answer(response)
         assistant = response.to_message()
         self.messages.append(assistant)
         events = [
@@ -337,3 +347,15 @@ def as_response(value: Any, what: str) -> ModelResponse | None:
     raise RunError(
         f"{what} returned {type(value).__name__}; return a ModelResponse, a str, or None to go on"
     )
+
+
+def _take_final_answer(response: ModelResponse) -> None:
+    """A provider without native structured output answers by calling the final-answer
+    tool: its arguments are the answer. The call becomes the answer's text, so the stored
+    conversation holds no tool call without a result (a provider would refuse it)."""
+    finals = [c for c in response.tool_calls if c.name == FINAL_ANSWER_TOOL]
+    if not finals:
+        return
+    response.tool_calls = [c for c in response.tool_calls if c.name != FINAL_ANSWER_TOOL]
+    if not response.tool_calls:  # other calls first: the answer comes once they ran
+        response.content = json.dumps(finals[-1].arguments, ensure_ascii=False)

@@ -31,6 +31,7 @@ from statewise.run.events import RunEvent
 from statewise.run.output import RunOutput
 from statewise.run.resume import ContinueRequest, PausedRun, drive_continue, paused_runs
 from statewise.run.runtime import AgentRuntime
+from statewise.run.stream import RunStream
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
 from statewise.tools import ToolSource, normalize_tools, split_tool_sources
@@ -378,7 +379,7 @@ class Agent(SessionOwner, Generic[OutputT]):
         return paused_runs(self.db, spec.session_id)
 
     @overload
-    async def arun(
+    def arun(
         self,
         input: Any,
         *,
@@ -388,9 +389,9 @@ class Agent(SessionOwner, Generic[OutputT]):
         stream: Literal[False] = ...,
         client_tools: Sequence[ToolDefinition] = ...,
         run_timeout: float | None = ...,
-    ) -> RunOutput[OutputT]: ...
+    ) -> Coroutine[Any, Any, RunOutput[OutputT]]: ...
     @overload
-    async def arun(
+    def arun(
         self,
         input: Any,
         *,
@@ -400,9 +401,9 @@ class Agent(SessionOwner, Generic[OutputT]):
         stream: Literal[True],
         client_tools: Sequence[ToolDefinition] = ...,
         run_timeout: float | None = ...,
-    ) -> AsyncIterator[RunEvent]: ...
+    ) -> RunStream: ...
 
-    async def arun(
+    def arun(
         self,
         input: Any,
         *,
@@ -412,15 +413,17 @@ class Agent(SessionOwner, Generic[OutputT]):
         stream: bool = False,
         client_tools: Sequence[ToolDefinition] = (),
         run_timeout: float | None = None,
-    ) -> RunOutput[OutputT] | AsyncIterator[RunEvent]:
+    ) -> Coroutine[Any, Any, RunOutput[OutputT]] | RunStream:
         """Run the agent once. `client_tools` are tools the caller's client runs (an AG-UI
         frontend's): when the model calls one, the run pauses with the call pending until
         `acontinue_run(..., approvals={call_id: Approval(result=...)})`. `run_timeout`
-        (seconds) overrides the agent's for this run."""
+        (seconds) overrides the agent's for this run. `await agent.arun(...)` gives the
+        output; with `stream=True`, `async for event in agent.arun(...)` the events (awaiting
+        it first works too)."""
         request = self._request(input, session_id, user_id, session_state, stream, run_timeout)
         if stream:
-            return self._events(request, client_tools)
-        return await self._output(request, client_tools)
+            return RunStream(self._events(request, client_tools))
+        return self._output(request, client_tools)
 
     @overload
     def run(

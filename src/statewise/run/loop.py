@@ -141,9 +141,7 @@ async def run_steps(
     )
 
 
-def _check_answer(
-    rt: AgentRuntime, record: StepRecord, result: StepsResult, run_id: str
-) -> None:
+def _check_answer(rt: AgentRuntime, record: StepRecord, result: StepsResult, run_id: str) -> None:
     """A typed answer that does not fit its schema goes back to the model with the reason,
     as the next step's prompt, `output_retries` times; then the run fails with
     `OutputValidationError` (what earlier steps committed stays committed)."""

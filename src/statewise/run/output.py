@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any, Generic, Literal
 
-from typing_extensions import TypeVar, Literal
+from typing_extensions import TypeVar
 
 from statewise.db.store import StateLoader
 from statewise.models.messages import Message

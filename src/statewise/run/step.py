@@ -11,7 +11,6 @@ span and debug log.
 from __future__ import annotations
 
 import json
-
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field

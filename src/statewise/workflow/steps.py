@@ -262,14 +262,22 @@ class Router:
         yield output
 
 
+POSITIONAL = "*"
+"""What `_single_parameter` answers for `fn(*args, **kwargs)`: it takes the outputs
+positionally, as Agno calls it."""
+
+
 def _single_parameter(fn: Callable[..., Any] | None) -> str | None:
-    """The name of `fn`'s only parameter when it can be passed positionally, else None."""
+    """The name of `fn`'s only parameter when it can be passed positionally (`POSITIONAL`
+    for a function that takes `*args`), else None."""
     if fn is None:
         return None
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return None
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return POSITIONAL
     if len(params) == 1 and params[0].kind in (
         inspect.Parameter.POSITIONAL_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,

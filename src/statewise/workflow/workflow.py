@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, overload
 
@@ -38,6 +38,7 @@ from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
 from statewise.run.lease import RunLease
 from statewise.run.lifecycle import RunLifecycle
 from statewise.run.output import RunOutput
+from statewise.run.stream import RunStream
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
 from statewise.workflow._engine import Executor, StepLike, StepScope, observed_step
@@ -420,7 +421,7 @@ class Workflow(SessionOwner):
         )
 
     @overload
-    async def arun(
+    def arun(
         self,
         input: Any = ...,
         *,
@@ -430,9 +431,9 @@ class Workflow(SessionOwner):
         stream: Literal[False] = ...,
         resume: bool = ...,
         run_timeout: float | None = ...,
-    ) -> WorkflowRunOutput: ...
+    ) -> Coroutine[Any, Any, WorkflowRunOutput]: ...
     @overload
-    async def arun(
+    def arun(
         self,
         input: Any = ...,
         *,
@@ -442,9 +443,9 @@ class Workflow(SessionOwner):
         stream: Literal[True],
         resume: bool = ...,
         run_timeout: float | None = ...,
-    ) -> AsyncIterator[RunEvent]: ...
+    ) -> RunStream: ...
 
-    async def arun(
+    def arun(
         self,
         input: Any = None,
         *,
@@ -454,7 +455,7 @@ class Workflow(SessionOwner):
         stream: bool = False,
         resume: bool = False,
         run_timeout: float | None = None,
-    ) -> WorkflowRunOutput | AsyncIterator[RunEvent]:
+    ) -> Coroutine[Any, Any, WorkflowRunOutput] | RunStream:
         """Run the workflow once. With `resume=True`, a failed or killed run of this
         session is continued instead (after its last completed step), if there is one.
         `run_timeout` (seconds) overrides the workflow's for this run."""
@@ -462,8 +463,8 @@ class Workflow(SessionOwner):
             input, session_id, user_id, session_state, stream, resume, run_timeout
         )
         if stream:
-            return self._events(request)
-        return await _final_output(self._events(request))
+            return RunStream(self._events(request))
+        return _final_output(self._events(request))
 
     @overload
     def run(

@@ -18,7 +18,7 @@ from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb, validate_id
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
-from statewise.models.messages import ToolDefinition
+from statewise.models.messages import OutputSpec, ToolDefinition
 from statewise.models.registry import infer_model
 from statewise.models.structured import OutputSchema
 from statewise.run.callbacks import Callbacks, as_callbacks
@@ -170,6 +170,11 @@ class Agent(SessionOwner, Generic[OutputT]):
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self.model.name if self.model else None!r})"
+
+    @property
+    def output_spec(self) -> OutputSpec | None:
+        """The answer format the model is asked for (`output_schema` as a JSON Schema)."""
+        return self._answer_schema.spec if self._answer_schema is not None else None
 
     _kind = "agent"
 

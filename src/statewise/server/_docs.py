@@ -10,7 +10,9 @@ request. `public_docs=True` (`statewise serve --public-docs`) serves all three t
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ def build_openapi(app: FastAPI, registry: Registry, keys: Authenticator) -> dict
     schemas.update(problem.pop("$defs", {}))
     schemas["Problem"] = problem
     schemas.update(state_components(registry))
+    typed_run_paths(schema, registry)
     if keys.enabled:
         components["securitySchemes"] = {
             "apiKey": {
@@ -66,6 +69,59 @@ def build_openapi(app: FastAPI, registry: Registry, keys: Authenticator) -> dict
                 if path.startswith("/v1/"):
                     operation["security"] = [{"apiKey": []}]
     return schema
+
+
+RUNS_PATH = "/v1/{kind}/{name}/runs"
+
+
+def typed_run_paths(schema: dict[str, Any], registry: Registry) -> None:
+    """A served object with an `output_schema` gets its own run path in the schema (the
+    templated route serves it): `POST /v1/agents/triage/runs` answers a `RunResult`
+    whose `content` is that schema, so a generated client has a typed field for it."""
+    generic = schema.get("paths", {}).get(RUNS_PATH, {}).get("post")
+    schemas = schema.get("components", {}).get("schemas", {})
+    if generic is None or "RunResult" not in schemas:
+        return
+    for served in registry.all():
+        spec = getattr(served.obj, "output_spec", None)
+        if spec is None:
+            continue
+        camel = "".join(p[:1].upper() + p[1:] for p in re.split(r"[^A-Za-z0-9]+", served.name) if p)
+        output = f"Output{camel}"
+        answer = copy.deepcopy(spec.json_schema)
+        for name, sub in answer.pop("$defs", {}).items():
+            schemas[f"{output}_{name}"] = _rehome(sub, output)
+        schemas[output] = _rehome(answer, output)
+        result = copy.deepcopy(schemas["RunResult"])
+        result["title"] = f"RunResult{camel}"
+        result["properties"]["content"] = {
+            "anyOf": [{"$ref": f"#/components/schemas/{output}"}, {"type": "null"}],
+            "description": f"The answer of {served.kind[:-1]} {served.name!r}, "
+            "validated against its output_schema (null while the run is paused)",
+        }
+        schemas[f"RunResult{camel}"] = result
+        operation = copy.deepcopy(generic)
+        operation["operationId"] = f"run_{served.kind}_{re.sub(r'[^A-Za-z0-9]+', '_', served.name)}"
+        operation["summary"] = f"Run {served.kind[:-1]} {served.name} (typed answer)"
+        operation["parameters"] = [
+            p for p in operation.get("parameters", []) if p.get("name") not in ("kind", "name")
+        ]
+        body = operation["responses"]["200"]["content"]["application/json"]
+        body["schema"] = {"$ref": f"#/components/schemas/RunResult{camel}"}
+        schema["paths"][f"/v1/{served.kind}/{served.name}/runs"] = {"post": operation}
+
+
+def _rehome(node: Any, prefix: str) -> Any:
+    """A pydantic schema's local `$defs` references, pointed at components."""
+    if isinstance(node, dict):
+        out = {k: _rehome(v, prefix) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = f"#/components/schemas/{prefix}_{ref.rsplit('/', 1)[-1]}"
+        return out
+    if isinstance(node, list):
+        return [_rehome(v, prefix) for v in node]
+    return node
 
 
 def _drop_fastapi_validation_errors(schema: dict[str, Any]) -> None:

@@ -100,3 +100,16 @@ def test_the_schema_names_the_output_and_a_generated_client_types_it(
     assert type(result).__name__ == "RunResultTriage"
     assert type(result.content).__name__ == "Triage"  # the output schema's own title
     assert (result.content.priority.value, result.content.summary) == ("high", "printer jam")
+
+
+def test_the_real_agui_client_receives_the_object(live: tuple[LiveServer, Path]) -> None:
+    from tests.server.test_agui_client import NodeClient
+
+    server, _ = live
+    client = NodeClient(f"{server.url}/v1/agents/triage/agui", "t-node", ALICE)
+    try:
+        reply = client.send(cmd="run", text="mouse dead")
+    finally:
+        client.close()
+    assert reply["errors"] == [] and reply["events"][-1] == "RUN_FINISHED"
+    assert reply["result"] == {"priority": "high", "summary": "mouse dead"}

@@ -52,6 +52,8 @@ async function run(command) {
       },
       onRunFinishedEvent: (params) => {
         outcome.outcome = params.outcome ?? "success";
+        const result = params.result ?? params.event?.result;
+        if (result !== undefined) outcome.result = result;
       },
       onRunErrorEvent: ({ event }) => {
         errors.push(event.message);

@@ -176,6 +176,20 @@ function addMessage(role, text) {
   return div;
 }
 
+// An answer as the chat shows it: text as it is; a structured answer (an object, or a
+// run's stored JSON text of one) indented, in a block of its own.
+function addAnswer(content) {
+  let value = content;
+  if (typeof content === "string" && /^\s*[{[]/.test(content)) {
+    try { value = JSON.parse(content); } catch (e) { value = content; }
+  }
+  if (value === null || typeof value !== "object") return addMessage("assistant", String(value ?? ""));
+  const div = addMessage("assistant", JSON.stringify(value, null, 2));
+  div.classList.add("structured");
+  div.setAttribute("data-testid", "structured-answer");
+  return div;
+}
+
 function addStepLine(text, kind) {
   const div = document.createElement("div");
   div.className = `step-line ${kind}`;
@@ -202,7 +216,7 @@ function renderChat(runs) {
     if (run.input) addMessage("user", run.input);
     for (const call of run.tool_calls || []) addToolLine(`→ ${call.name}(${JSON.stringify(call.arguments)})`);
     if (run.content !== null && run.content !== undefined) {
-      addMessage("assistant", typeof run.content === "string" ? run.content : JSON.stringify(run.content));
+      addAnswer(run.content);
     } else if (run.error) addMessage("error", run.error);
   }
 }
@@ -289,8 +303,11 @@ async function sendMessage(text) {
         addToolLine(`⏸ waiting for approval: ${names}`);
       } else if (event === "run_completed") {
         const out = data.output;
-        if (!answered && out.content !== null && out.content !== undefined) {
-          addMessage("assistant", typeof out.content === "string" ? out.content : JSON.stringify(out.content));
+        if (out.content !== null && out.content !== undefined && typeof out.content === "object") {
+          if (bubble && bubble.dataset.member === "") bubble.remove();  // the raw JSON text
+          addAnswer(out.content);
+        } else if (!answered && out.content !== null && out.content !== undefined) {
+          addMessage("assistant", out.content);
         }
       } else if (event === "error") {
         addMessage("error", data.detail || "the run failed");

@@ -183,3 +183,27 @@ def test_streaming_ends_with_the_typed_answer() -> None:
         return out.content
 
     assert asyncio.run(collect()) == Point(5, 6)
+
+
+def test_teams_and_workflow_agent_steps_answer_typed() -> None:
+    from statewise import Step, Team, Workflow
+
+    model, _, _ = answers('{"priority": "low", "summary": "team"}')
+    member = Agent(name="m", model=FunctionModel(lambda m, i: "member says hi"))
+    team = Team(name="t", model=model, members=[member], output_schema=Triage)
+    assert team.run("x").content == Triage(priority="low", summary="team")
+
+    model, _, _ = answers('{"priority": "high", "summary": "step"}')
+    typed = Agent(name="typed", model=model, output_schema=Triage)
+    seen: list[Any] = []
+
+    def after(step_input: Any) -> str:
+        seen.append(step_input.previous_step_content)
+        return "done"
+
+    workflow = Workflow(
+        name="w", steps=[Step(name="triage", agent=typed), Step(name="after", executor=after)]
+    )
+    out = workflow.run("go")
+    assert seen == [Triage(priority="high", summary="step")]
+    assert out.step_outputs[0].content == Triage(priority="high", summary="step")

@@ -264,9 +264,7 @@ async def end_run(
             commit_id=scope.point_commit_id(),
         )
     spec = scope.working.spec
-    content: Any = result.content
-    if rt.output is not None and content is not None and not result.pending:
-        content = rt.output.parse(content)  # checked at its step: the typed value
+    content = result.content if result.pending else typed_answer(rt, result.content)
     return changed, RunOutput(
         content=content,
         run_id=run_id,
@@ -354,6 +352,14 @@ async def run_nested(
         raise
     finally:
         _observe.run_finished(observed, error=failure)
+
+
+def typed_answer(rt: AgentRuntime, content: str | None) -> Any:
+    """A nested run's answer for its host: the typed value when the agent has an
+    `output_schema` (checked already at its step), else the text."""
+    if rt.output is None or content is None:
+        return content
+    return rt.output.parse(content)
 
 
 def as_content(value: Any) -> str | None:

@@ -17,7 +17,7 @@ from statewise.db.store import scope_of
 from statewise.exceptions import ConfigurationError, RunError
 from statewise.run.callbacks import call_with_available
 from statewise.run.deadline import bounded
-from statewise.run.driver import run_nested
+from statewise.run.driver import run_nested, typed_answer
 from statewise.run.emit import events_of
 from statewise.run.events import RunEvent, StepCompleted, StepStarted
 from statewise.run.loop import StepsResult
@@ -129,7 +129,7 @@ class Step:
                 )
             ):
                 yield event
-            output = StepOutput(content=result.content)
+            output = StepOutput(content=typed_answer(rt, result.content))
         else:
             assert self.executor is not None
             value = await bounded(

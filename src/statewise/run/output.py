@@ -27,6 +27,7 @@ class RunMetrics:
     tool_calls: int = 0
     duration: float = 0.0
     time_to_first_token: float | None = None
+    model: str | None = None  # the model that answered (provider:id)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class RunMetrics:
             "time_to_first_token": None
             if self.time_to_first_token is None
             else round(self.time_to_first_token, 6),
+            "model": self.model,
         }
 
 

@@ -197,6 +197,7 @@ class Stepper:
         if not self.quiet:
             _observe.model_response(observed, response)
         metrics.model_requests += 1
+        metrics.model = model.name
         metrics.input_tokens += response.usage.input_tokens
         metrics.output_tokens += response.usage.output_tokens
         return response

@@ -77,6 +77,7 @@ class Served:
             "app_name": self.app_name,
             "description": getattr(self.obj, "description", None),
             "runs_url": f"/v1/{self.kind}/{self.name}/runs",
+            "sends_history": bool(getattr(self.obj, "add_history_to_context", False)),
         }
 
 

@@ -196,6 +196,10 @@ class ServedApp(BaseModel):
     app_name: str | None
     description: str | None
     runs_url: str = Field(description="POST here to run it")
+    sends_history: bool = Field(
+        description="Whether earlier runs of the session go to the model with each new run "
+        "(add_history_to_context); if not, the model sees only the state and this input"
+    )
 
 
 class AppList(BaseModel):
@@ -215,6 +219,7 @@ class RunMetrics(BaseModel):
     tool_calls: int
     duration: float
     time_to_first_token: float | None
+    model: str | None = Field(default=None, description="The model that answered (provider:id)")
 
 
 class PendingToolCall(BaseModel):
@@ -289,6 +294,7 @@ class SessionPage(BaseModel):
 class ToolCallSummary(BaseModel):
     name: str | None
     arguments: Any
+    result: str | None = Field(default=None, description="What the tool answered")
 
 
 class RunSummary(BaseModel):

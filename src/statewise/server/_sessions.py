@@ -143,6 +143,26 @@ def _check_version(served: Served, session_id: str, ref: int | str | None, what:
             )
 
 
+def _tool_calls(messages: list[Any]) -> list[dict[str, Any]]:
+    """A run's tool calls, each with the result the tool gave (the chat shows both)."""
+    results = {
+        m.get("tool_call_id"): m.get("content")
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "tool"
+    }
+    return [
+        {
+            "name": call.get("name"),
+            "arguments": jsonable(call.get("arguments")),
+            "result": jsonable(results.get(call.get("id"))),
+        }
+        for message in messages
+        if isinstance(message, dict)
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+
+
 def _run_summary(run: RunRecord) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
@@ -152,13 +172,7 @@ def _run_summary(run: RunRecord) -> dict[str, Any]:
         "content": jsonable(run.content),
         "error": run.error,
         "metrics": run.metrics,
-        "tool_calls": [
-            {"name": call.get("name"), "arguments": jsonable(call.get("arguments"))}
-            for message in run.messages
-            if isinstance(message, dict)
-            for call in message.get("tool_calls") or []
-            if isinstance(call, dict)
-        ],
+        "tool_calls": _tool_calls(run.messages),
         "created_at": run.created_at,
         "updated_at": run.updated_at,
     }

@@ -212,9 +212,18 @@ function addToolLine(text, member) {
 
 function renderChat(runs) {
   ui.messages.replaceChildren();
+  if (runs.length && current.app && current.app.sends_history === false) {
+    const hint = addStepLine(
+      `${current.app.name} sends no earlier turns to the model (add_history_to_context=False): ` +
+      "each run sees the session state and its own input only.", "history-hint");
+    hint.setAttribute("data-testid", "history-hint");
+  }
   for (const run of runs) {
     if (run.input) addMessage("user", run.input);
-    for (const call of run.tool_calls || []) addToolLine(`→ ${call.name}(${JSON.stringify(call.arguments)})`);
+    for (const call of run.tool_calls || []) {
+      addToolLine(`→ ${call.name}(${JSON.stringify(call.arguments)})`);
+      if (call.result !== null && call.result !== undefined) addToolLine(`← ${call.name}: ${call.result}`);
+    }
     if (run.content !== null && run.content !== undefined) {
       addAnswer(run.content);
     } else if (run.error) addMessage("error", run.error);
@@ -332,7 +341,19 @@ function setRunning(running) {
 // ---- timeline and diffs -------------------------------------------------------------------
 
 function fmtTime(ts) {
-  return ts ? new Date(ts * 1000).toLocaleTimeString() : "";
+  // with the date: a session's runs span days
+  return ts ? new Date(ts * 1000).toLocaleString(undefined, {
+    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  }) : "";
+}
+
+function fmtMetrics(m) {
+  if (!m) return "";
+  const parts = [];
+  if (m.model) parts.push(m.model);
+  if (m.total_tokens) parts.push(`${m.total_tokens} tokens`);
+  if (m.duration) parts.push(m.duration < 1 ? `${Math.round(m.duration * 1000)} ms` : `${m.duration.toFixed(1)} s`);
+  return parts.join(" · ");
 }
 
 async function renderTimeline() {
@@ -368,6 +389,14 @@ async function renderTimeline() {
     time.textContent = fmtTime(run.created_at);
     head.append(n, input, status, time);
     li.appendChild(head);
+    const metrics = fmtMetrics(run.metrics);
+    if (metrics) {
+      const line = document.createElement("div");
+      line.className = "muted run-metrics";
+      line.setAttribute("data-testid", "run-metrics");
+      line.textContent = metrics;
+      li.appendChild(line);
+    }
     li.addEventListener("click", () => selectRun(run.run_id));
     ui.timeline.appendChild(li);
     for (const e of eventsByRun.get(run.run_id) || []) ui.timeline.appendChild(eventItem(e));

@@ -166,8 +166,9 @@ class RunLifecycle:
         record.status = "failed"
         record.error = failure_reason(exc)
         try:
-            # A fresh commit id: a durable run failing again at the same point (a resumed
-            # workflow, a replayed step) still records this failure.
+            # A fresh commit id: a durable run whose engine executes the same commit point
+            # again and fails again still records this failure (a point's derived id
+            # would be found stored and skipped).
             failed = self.scope.commit(
                 self._failed_events(), run=record, source="run_failed", commit_id=new_id()
             )

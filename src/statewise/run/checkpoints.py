@@ -47,6 +47,8 @@ class CommitPoints(Protocol):
 
 
 def point_commit_id(run_id: str, point: int | str) -> str:
+    """The one durable commit id scheme: an agent run's commit point `point`, or a
+    workflow run's top-level step `point` (its `step_completed` commit)."""
     return f"{run_id}:step:{point}"
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent, RunRecord
@@ -44,6 +45,8 @@ from statewise.run.scope import SCOPE_KEY, RunScope
 from statewise.state.jsonvalue import clean_text
 
 log = logging.getLogger("statewise.run")
+
+T = TypeVar("T")
 
 _MAX_REASON = 4000
 
@@ -94,8 +97,17 @@ class RunLifecycle:
         seconds = self.run_timeout
         deadline = None if seconds is None else Deadline.after(seconds)
         self.deadline = deadline
+        self.txn = txn = await self.store.abegin(self.spec, mode=self.mode)
+        try:
+            self._start(txn, deadline)
+        except BaseException:
+            txn.close(keep=False)
+            raise
+        return self
+
+    def _start(self, txn: AsyncTransaction, deadline: Deadline | None) -> None:
+        """The run's scope, context and span, on its open transaction."""
         spec, run_id = self.spec, self.record.run_id
-        self.txn = txn = await self.store.abegin(spec, mode=self.mode)
         working = txn.working
         self.scope = scope = self.scope_type(txn=txn, run_id=run_id, durable=self.durable)
         metadata: dict[str, Any] = {METRICS_KEY: self.metrics}
@@ -125,7 +137,6 @@ class RunLifecycle:
             run_id=run_id,
             debug=self.debug,
         )
-        return self
 
     async def __aexit__(
         self,
@@ -155,8 +166,9 @@ class RunLifecycle:
         record.status = "failed"
         record.error = failure_reason(exc)
         try:
-            # A fresh commit id: a durable run failing again at the same point (a resumed
-            # workflow, a replayed step) still records this failure.
+            # A fresh commit id: a durable run whose engine executes the same commit point
+            # again and fails again still records this failure (a point's derived id
+            # would be found stored and skipped).
             failed = self.scope.commit(
                 self._failed_events(), run=record, source="run_failed", commit_id=new_id()
             )
@@ -202,12 +214,25 @@ class RunLifecycle:
             txn.close(keep=False)
 
 
-async def _finish(commit: Any) -> Any:
+async def _finish(commit: Coroutine[Any, Any, T]) -> T:
     """Await a failure's commit to its end even if the run's task is cancelled again
-    meanwhile (a client that left, a shutdown): the record lands anyway."""
+    meanwhile (a client that left, a shutdown): the record lands, and the transaction is
+    not closed under a commit still in flight; the cancellation is raised after it."""
     if on_private_loop():
         return await commit  # (inline: nothing else runs on a sync call's own loop)
-    return await asyncio.shield(commit)
+    task = asyncio.ensure_future(commit)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+            continue
+        if cancelled:
+            raise asyncio.CancelledError
+        return result
 
 
 __all__ = ["RunLifecycle", "failure_reason"]

@@ -55,6 +55,7 @@ def test_apps_health_docs_and_page(live: LiveServer) -> None:
                 "app_name": "lister",
                 "description": None,
                 "runs_url": "/v1/agents/lister/runs",
+                "sends_history": False,
             }
         ]
         assert c.get("/v1/me").json() == {"user_id": None, "admin": True}

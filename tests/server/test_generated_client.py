@@ -53,7 +53,7 @@ def broken_model(messages: list[Message], info: RequestInfo) -> ModelResponse:
     raise ModelError("the provider is down")
 
 
-def generate_client(schema: dict[str, Any], where: Path) -> tuple[Any, str]:
+def generate_client(schema: dict[str, Any], where: Path, package: str = PACKAGE) -> tuple[Any, str]:
     """Generate the client package into `where` (offline); return it and the tool's output."""
     spec = where / "openapi.json"
     spec.write_text(json.dumps(schema))
@@ -73,7 +73,7 @@ def generate_client(schema: dict[str, Any], where: Path) -> tuple[Any, str]:
             "--config",
             str(config),
             "--output-path",
-            str(where / PACKAGE),
+            str(where / package),
             "--meta",
             "none",
         ],
@@ -86,7 +86,7 @@ def generate_client(schema: dict[str, Any], where: Path) -> tuple[Any, str]:
     assert done.returncode == 0, output
     sys.path.insert(0, str(where))
     try:
-        return importlib.import_module(PACKAGE), output
+        return importlib.import_module(package), output
     finally:
         sys.path.remove(str(where))
 

@@ -85,7 +85,7 @@ def test_the_schema_names_the_output_and_a_generated_client_types_it(
     assert "/v1/agents/plain/runs" not in schema["paths"]  # the templated path serves it
     output = schema["components"]["schemas"]["OutputTriage"]
     assert output["properties"]["priority"]["enum"] == ["low", "high"]
-    package, _ = generate_client(schema, where)
+    package, _ = generate_client(schema, where, "statewise_typed_client")
     try:
         run = importlib.import_module(f"{package.__name__}.api.runs.run_agents_triage")
         models = importlib.import_module(f"{package.__name__}.models")
@@ -94,7 +94,7 @@ def test_the_schema_names_the_output_and_a_generated_client_types_it(
             base_url=server.url, token=ALICE, raise_on_unexpected_status=True, timeout=30
         ) as client:
             result: Any = run.sync(client=client, body=body)
-    finally:  # the other generated-client tests make a package of the same name
+    finally:
         for name in [m for m in sys.modules if m.split(".")[0] == package.__name__]:
             del sys.modules[name]
     assert type(result).__name__ == "RunResultTriage"

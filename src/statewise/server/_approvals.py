@@ -34,7 +34,7 @@ from statewise.server._schema import (
     ok,
     problems,
 )
-from statewise.server._serialize import jsonable, output_json
+from statewise.server._serialize import jsonable, output_json, with_times
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
@@ -114,7 +114,10 @@ def list_paused_runs(
 ) -> dict[str, Any]:
     _record, served = _approvable(registry, principal, rule, session_id)
     runs = paused_runs(served.db, session_id)
-    return {"session_id": session_id, "runs": jsonable([r.to_dict() for r in runs])}
+    return {
+        "session_id": session_id,
+        "runs": jsonable([with_times(r.to_dict()) for r in runs]),
+    }
 
 
 @router.get(
@@ -132,7 +135,8 @@ def list_approvable_runs(registry: Reg, principal: Who, rule: Rule) -> dict[str,
             if rule(principal, record):
                 found.extend(paused_runs(db, record.session_id))
     found.sort(key=lambda p: p.run.updated_at)
-    return {"runs": jsonable([p.to_dict() for p in found]), "scanned_sessions": scanned}
+    runs = [with_times(p.to_dict()) for p in found]
+    return {"runs": jsonable(runs), "scanned_sessions": scanned}
 
 
 @router.post(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -256,7 +257,7 @@ class PausedRun(BaseModel):
     input: Any
     status: str
     pending_tool_calls: list[PendingToolCall]
-    updated_at: float
+    updated_at: datetime = Field(description="RFC 3339, UTC")
 
 
 class PausedRunList(BaseModel):
@@ -278,8 +279,8 @@ class SessionInfo(BaseModel):
     user_id: str | None
     app_name: str | None
     kind: str | None = Field(description="agent, team or workflow")
-    created_at: float
-    updated_at: float
+    created_at: datetime = Field(description="RFC 3339, UTC")
+    updated_at: datetime = Field(description="RFC 3339, UTC")
     last_seq: int
     metadata: dict[str, Any] | None
 
@@ -306,8 +307,8 @@ class RunSummary(BaseModel):
     error: str | None
     metrics: dict[str, Any] | None
     tool_calls: list[ToolCallSummary]
-    created_at: float
-    updated_at: float
+    created_at: datetime = Field(description="RFC 3339, UTC")
+    updated_at: datetime = Field(description="RFC 3339, UTC")
 
 
 class RunDetail(RunSummary):
@@ -340,7 +341,7 @@ class Event(BaseModel):
     type: str
     run_id: str | None
     data: dict[str, Any]
-    created_at: float
+    created_at: datetime = Field(description="RFC 3339, UTC")
 
 
 class EventPage(BaseModel):
@@ -355,7 +356,7 @@ class Commit(BaseModel):
     sources: list[str | None]
     ops: list[dict[str, Any]] = Field(description="JSON-patch-like operations")
     conflicts: list[dict[str, Any]]
-    created_at: float
+    created_at: datetime = Field(description="RFC 3339, UTC")
 
 
 class History(BaseModel):

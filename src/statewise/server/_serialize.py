@@ -5,12 +5,31 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from statewise.run.output import RunOutput
 from statewise.state.secrets import redact, redact_op_value
 
 REDACTED = "***"
+
+
+def rfc3339(timestamp: float | None) -> str | None:
+    """A stored time (Unix seconds) as API bodies give it: RFC 3339 in UTC, to the
+    microsecond (`2026-11-27T06:20:01.123456Z`). Exports keep the stored numbers."""
+    if timestamp is None:
+        return None
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def with_times(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """`data` with its time fields (`created_at`, `updated_at` by default) as RFC 3339."""
+    out = dict(data)
+    for key in keys or ("created_at", "updated_at"):
+        if key in out and isinstance(out[key], int | float):
+            out[key] = rfc3339(out[key])
+    return out
 
 
 def jsonable(value: Any) -> Any:

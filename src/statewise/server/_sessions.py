@@ -56,6 +56,8 @@ from statewise.server._serialize import (
     redact_ops,
     redact_state,
     refine_list_changes,
+    rfc3339,
+    with_times,
 )
 
 router = APIRouter(tags=["sessions"])
@@ -173,8 +175,8 @@ def _run_summary(run: RunRecord) -> dict[str, Any]:
         "error": run.error,
         "metrics": run.metrics,
         "tool_calls": _tool_calls(run.messages),
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
+        "created_at": rfc3339(run.created_at),
+        "updated_at": rfc3339(run.updated_at),
     }
 
 
@@ -236,7 +238,7 @@ def list_sessions(
     records.sort(key=lambda r: r.updated_at, reverse=True)
     page = records[offset : offset + limit]
     return {
-        "sessions": [r.to_dict() for r in page],
+        "sessions": [with_times(r.to_dict()) for r in page],
         "limit": limit,
         "offset": offset,
         "next_offset": offset + limit if len(records) > offset + limit else None,
@@ -254,7 +256,7 @@ def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONRes
     runs = served.db.read_runs(session_id)
     return JSONResponse(
         {
-            "session": read.record.to_dict(),
+            "session": with_times(read.record.to_dict()),
             "served_by": served.describe(),
             "version": read.version,
             "state": redact_state(read.state, read.secret_keys),
@@ -403,7 +405,7 @@ def list_events(
         session_id, after=after, before=before, limit=limit, run_id=run_id
     )
     return {
-        "events": [jsonable(e.to_dict()) for e in events],
+        "events": [with_times(jsonable(e.to_dict())) for e in events],
         "next_after": events[-1].seq if len(events) == limit and events else None,
     }
 
@@ -427,7 +429,7 @@ def get_history(
     for entry in history:
         entry["ops"] = redact_ops(entry["ops"], secrets)
         entry["conflicts"] = redact_changes(entry["conflicts"], secrets)
-    return {"session_id": session_id, "history": jsonable(history)}
+    return {"session_id": session_id, "history": [with_times(e) for e in jsonable(history)]}
 
 
 @router.get(

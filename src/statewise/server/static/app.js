@@ -342,7 +342,8 @@ function setRunning(running) {
 
 function fmtTime(ts) {
   // with the date: a session's runs span days
-  return ts ? new Date(ts * 1000).toLocaleString(undefined, {
+  // API times are RFC 3339 strings (numbers of seconds from older servers)
+  return ts ? new Date(typeof ts === "number" ? ts * 1000 : ts).toLocaleString(undefined, {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
   }) : "";
 }

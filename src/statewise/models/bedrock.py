@@ -53,6 +53,7 @@ from statewise.models.messages import (
 try:
     import boto3
     import botocore.config
+    import botocore.eventstream
     import botocore.exceptions
     import botocore.parsers
     import botocore.session
@@ -261,14 +262,12 @@ class Bedrock(SdkModel[Any]):
             error = exc.response.get("Error") or {}
             status = _status(exc)
             code = str(error.get("Code") or "")
-            message = redact(str(error.get("Message") or exc), self.api_key)
-            in_stream = (
-                " error event in the stream:"
-                if isinstance(exc, botocore.exceptions.EventStreamError)
-                else ""
-            )
+            message = redact(str(error.get("Message") or ""), self.api_key) or "(no message)"
+            named = f" ({code})" if code and code != str(status) else ""
+            event = isinstance(exc, botocore.exceptions.EventStreamError)
             return status_error(
-                f"{prefix}: HTTP {status}{in_stream} {code}: {message}{where}".replace(" :", ":"),
+                f"{prefix}: HTTP {status}: {'error event in the stream: ' if event else ''}"
+                f"{message}{named}{where}",
                 status,
                 exc.response,
                 context_length=status == 400
@@ -284,7 +283,12 @@ class Bedrock(SdkModel[Any]):
         if isinstance(exc, botocore.exceptions.ParamValidationError):
             return ConfigurationError(f"{prefix}: boto3 refused the request: {exc}")
         if isinstance(
-            exc, (botocore.exceptions.BotoCoreError, botocore.parsers.ResponseParserError)
+            exc,
+            (
+                botocore.exceptions.BotoCoreError,
+                botocore.parsers.ResponseParserError,
+                botocore.eventstream.ParserError,
+            ),
         ):
             return MalformedResponseError(f"{prefix}: the response does not parse: {exc}{where}")
         return exc

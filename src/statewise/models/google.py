@@ -250,8 +250,9 @@ class Gemini(SdkModel["genai.Client"]):
             body = exc.details
             message = redact(str(exc.message or error_message(body) or exc), self.api_key)
             lowered = message.lower()
+            named = f" ({exc.status})" if exc.status else ""
             return status_error(
-                f"{prefix}: HTTP {status} {exc.status or ''}: {message}{where}".replace(" :", ":"),
+                f"{prefix}: HTTP {status}: {message}{named}{where}",
                 status,
                 body,
                 context_length=status == 400
@@ -262,7 +263,7 @@ class Gemini(SdkModel["genai.Client"]):
             return connection_error(prefix, exc, api_key=self.api_key, deltas=deltas)
         if isinstance(exc, auth_exceptions.GoogleAuthError):
             return ModelAuthenticationError(f"{prefix}: {exc}")
-        if isinstance(exc, json.JSONDecodeError):
+        if isinstance(exc, (json.JSONDecodeError, genai_errors.UnknownApiResponseError)):
             return MalformedResponseError(f"{prefix}: the response is not JSON: {exc}{where}")
         if isinstance(exc, pydantic.ValidationError):
             return MalformedResponseError(

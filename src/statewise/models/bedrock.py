@@ -280,12 +280,17 @@ class Bedrock(SdkModel[Any]):
                 f"{prefix}: no AWS credentials (boto3 found none); configure them as boto3 "
                 f"reads them, set {BEARER_ENV}, or pass api_key="
             )
-        if isinstance(exc, botocore.exceptions.ParamValidationError):
+        if isinstance(
+            exc,
+            (
+                botocore.exceptions.ParamValidationError,
+                botocore.exceptions.InvalidEndpointConfigurationError,
+            ),
+        ):
             return ConfigurationError(f"{prefix}: boto3 refused the request: {exc}")
         if isinstance(
             exc,
             (
-                botocore.exceptions.BotoCoreError,
                 botocore.parsers.ResponseParserError,
                 botocore.eventstream.ParserError,
             ),

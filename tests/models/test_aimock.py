@@ -124,7 +124,7 @@ def _vertex(url: str, *, api_key: str, **kw: Any) -> SdkModel[Any]:
         vertexai=True,
         project="statewise-test",
         location="us-central1",
-        credentials=google.oauth2.credentials.Credentials(token=api_key),
+        credentials=google.oauth2.credentials.Credentials(token=api_key),  # type: ignore[no-untyped-call]
         base_url=url,
         api_version="v1",
         **kw,

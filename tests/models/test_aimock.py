@@ -135,7 +135,7 @@ def _bedrock(url: str, *, api_key: str, **kw: Any) -> SdkModel[Any]:
     """SigV4 with made-up credentials against the unkeyed server; with a key other than
     the right one, against the keyed server, which refuses the signature with a 401."""
     return Bedrock(
-        "anthropic.claude-3-5-sonnet",
+        "us.anthropic.claude-sonnet-4-20250514-v1:0",  # reasoning-capable, as aimock checks
         base_url=url,
         region="us-east-1",
         aws_access_key_id="AKIDSTATEWISETEST",
@@ -369,6 +369,46 @@ async def test_claude_thinking_passes_aimocks_check(
     async with model:
         with pytest.raises(ModelHTTPError, match="must begin with a `thinking` block"):
             await model.request(history, RequestInfo(tools=[WEATHER]))
+
+
+THINKING = [p for p in PROVIDERS if p.name in ("gemini", "vertex", "bedrock")]
+
+
+@pytest.mark.parametrize("provider", THINKING, ids=[p.name for p in THINKING])
+async def test_reasoning_is_read_and_the_loop_goes_on(
+    provider: Provider, aimock: AimockServer, sleeps: SleepRecorder, stream: bool
+) -> None:
+    """aimock's reasoning as Gemini `thought` parts and Bedrock `reasoningContent` blocks:
+    read into `Reasoning`, and the continuation that carries it back is accepted. (aimock
+    1.43 streams Bedrock reasoning with a `contentBlockStart` boto3 refuses, and its
+    journal drops thought parts: test_bedrock.py and test_google.py check what goes back.)"""
+    if stream and provider.name == "bedrock":
+        pytest.skip(NO_TEXT_STREAM)
+    text = prompt()
+    aimock.add(
+        {
+            "match": {"userMessage": text, "hasToolResult": False},
+            "response": {
+                "reasoning": "The user wants the weather in Oslo.",
+                "toolCalls": [{"name": "weather", "arguments": {"city": "Oslo"}}],
+            },
+        },
+        {
+            "match": {"userMessage": text, "hasToolResult": True},
+            "response": {"content": "It rains in Oslo."},
+        },
+    )
+    model = model_for(provider, aimock, sleeps)
+    first, _ = await ask(model, text, stream=stream)
+    assert [r.text for r in first.reasoning] == ["The user wants the weather in Oslo."]
+    history = [
+        Message(role="user", content=text),
+        first.to_message(),
+        Message(role="tool", content="rain in Oslo", tool_call_id=first.tool_calls[0].id),
+    ]
+    async with model:
+        second = await model.request(history, RequestInfo(tools=[WEATHER]))
+    assert second.content == "It rains in Oslo."
 
 
 # Faults -------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`"provider:model"` strings to `Model` objects.
 
 Each built-in factory imports its provider module only when called, so `infer_model`
-works in a core install and only the provider actually used needs its SDK.
+works in a core install and only the provider actually used needs its SDK. The named
+OpenAI-compatible hosts (`groq:`, `ollama:`, ...) come from the one table in `hosts`.
 """
 
 from __future__ import annotations

@@ -411,6 +411,25 @@ async def test_reasoning_is_read_and_the_loop_goes_on(
     assert second.content == "It rains in Oslo."
 
 
+async def test_aimocks_streamed_bedrock_text_is_refused_clearly(
+    aimock_unkeyed_server: AimockServer, sleeps: SleepRecorder
+) -> None:
+    """Why the Bedrock text-stream cases above skip: aimock 1.43 opens a text block with
+    `contentBlockStart {"start": {}}` (Bedrock sends no start for text), which boto3
+    refuses. We report that as a malformed answer; when aimock fixes it, this fails and
+    the skips can go."""
+    provider = next(p for p in PROVIDERS if p.name == "bedrock")
+    text = prompt()
+    aimock_unkeyed_server.reset()
+    aimock_unkeyed_server.add({"match": {"userMessage": text}, "response": {"content": "hi"}})
+    with (
+        allow_model_requests(True),
+        pytest.raises(MalformedResponseError, match="one and only one member set"),
+    ):
+        await ask(model_for(provider, aimock_unkeyed_server, sleeps), text, stream=True)
+    assert sleeps.delays == []
+
+
 # Faults -------------------------------------------------------------------------------
 
 

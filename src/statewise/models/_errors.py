@@ -179,7 +179,7 @@ def translate(
     reached the caller (the message says so, since they are part of a lost answer).
     """
     prefix = f"{provider} model {model!r}"
-    where = "" if deltas is None else f" ({_arrived(deltas)})"
+    where = "" if deltas is None else f" ({arrived(deltas)})"
     if isinstance(exc, ModelError):
         return exc
     if isinstance(exc, StreamErrorEvent):
@@ -244,13 +244,13 @@ def connection_error(
     if deltas is None:
         return ModelConnectionError(f"{prefix}: no response ({cause})")
     return ModelConnectionError(
-        f"{prefix}: the connection broke while the answer streamed in, {_arrived(deltas)} "
-        f"({cause})",
+        f"{prefix}: the connection broke while the answer streamed in, {arrived(deltas)} ({cause})",
         deltas=deltas,
     )
 
 
-def _arrived(deltas: int) -> str:
+def arrived(deltas: int) -> str:
+    """How much of a streamed answer had reached the caller, for error messages."""
     if deltas == 0:
         return "before any delta had arrived"
     piece = "delta" if deltas == 1 else "deltas"

@@ -202,9 +202,14 @@ class SdkModel(Model, Generic[ClientT]):
                 f"body that is not server-sent events (content-type {content_type!r}): "
                 f"{parser.stray[:200]!r}"
             )
+        return self._ended_early(reader, sent)
+
+    def _ended_early(self, reader: ChunkReader, sent: int) -> MalformedResponseError:
+        """A stream that stopped before its terminator, after `sent` deltas."""
         delivered = f"after {sent} deltas; the partial answer is lost" if sent else "early"
         return MalformedResponseError(
-            f"{prefix}: the stream ended without its terminator ({reader.terminator}), {delivered}"
+            f"{self.provider} model {self.id!r}: the stream ended without its terminator "
+            f"({reader.terminator}), {delivered}"
         )
 
     def _settings(self, info: RequestInfo) -> dict[str, Any]:

@@ -33,10 +33,9 @@ from statewise.exceptions import (
     ModelError,
 )
 from statewise.models._assemble import StreamAssembler
-from statewise.models._errors import connection_error, redact, status_error
+from statewise.models._errors import arrived, connection_error, redact, status_error
 from statewise.models._retry import Retryable, RetryPolicy, parse_retry_after, status_is_retryable
 from statewise.models._sdk import SdkModel
-from statewise.models._sse import ChunkReader
 from statewise.models.messages import (
     Message,
     ModelResponse,
@@ -227,15 +226,8 @@ class Bedrock(SdkModel[Any]):
             finally:
                 stream.close()
 
-        def incomplete(reader: ChunkReader, sent: int) -> Exception:
-            delivered = f"after {sent} deltas; the partial answer is lost" if sent else "early"
-            return MalformedResponseError(
-                f"{self._prefix}: the stream ended without its terminator "
-                f"({reader.terminator}), {delivered}"
-            )
-
         async for chunk in self._stream_chunks(
-            open_chunks, lambda: ConverseStream(self._prefix, self.id), incomplete
+            open_chunks, lambda: ConverseStream(self._prefix, self.id), self._ended_early
         ):
             yield chunk
 
@@ -255,7 +247,7 @@ class Bedrock(SdkModel[Any]):
 
     def _translate(self, exc: Exception, *, deltas: int | None = None) -> Exception:
         prefix = self._prefix
-        where = "" if deltas is None else f" (after {deltas} deltas)"
+        where = "" if deltas is None else f" ({arrived(deltas)})"
         if isinstance(exc, ModelError):
             return exc
         if isinstance(exc, botocore.exceptions.ClientError):

@@ -40,6 +40,7 @@ from statewise.exceptions import (
     ModelError,
 )
 from statewise.models._errors import (
+    arrived,
     connection_error,
     error_message,
     redact,
@@ -213,12 +214,8 @@ class Gemini(SdkModel["genai.Client"]):
 
         def incomplete(reader: ChunkReader, sent: int) -> Exception:
             assert isinstance(reader, GeminiStream)
-            if not reader.candidates:
-                return reader.no_candidates()
-            delivered = f"after {sent} deltas; the partial answer is lost" if sent else "early"
-            return MalformedResponseError(
-                f"{self._prefix}: the stream ended without its terminator "
-                f"({reader.terminator}), {delivered}"
+            return (
+                reader.no_candidates() if not reader.candidates else self._ended_early(reader, sent)
             )
 
         async for chunk in self._stream_chunks(
@@ -242,7 +239,7 @@ class Gemini(SdkModel["genai.Client"]):
 
     def _translate(self, exc: Exception, *, deltas: int | None = None) -> Exception:
         prefix = self._prefix
-        where = "" if deltas is None else f" (after {deltas} deltas)"
+        where = "" if deltas is None else f" ({arrived(deltas)})"
         if isinstance(exc, ModelError):
             return exc
         if isinstance(exc, genai_errors.APIError):

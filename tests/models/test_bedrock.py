@@ -31,7 +31,9 @@ from statewise.models import (
     ToolCall,
     ToolCallDelta,
     ToolDefinition,
+    infer_model,
 )
+from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.bedrock import Bedrock
 from statewise.run.events import ToolCallCompleted
@@ -298,3 +300,15 @@ async def test_api_key_needs_https(fake: FakeServer) -> None:
         async with bedrock:
             await bedrock.request(HELLO, RequestInfo())
     assert fake.received == []
+
+
+async def test_no_region_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    bedrock = infer_model("bedrock:amazon.nova-pro-v1:0")
+    assert isinstance(bedrock, Bedrock) and bedrock.id == "amazon.nova-pro-v1:0"
+    with allow_model_requests(True), pytest.raises(ConfigurationError, match="set AWS_REGION"):
+        await bedrock.request(HELLO, RequestInfo())

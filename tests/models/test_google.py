@@ -30,6 +30,7 @@ from statewise.models import (
     ToolDefinition,
     infer_model,
 )
+from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.google import GENERATED_ID, Gemini
 
@@ -257,3 +258,14 @@ async def test_no_key_is_refused_before_any_request(
     with pytest.raises(ModelAuthenticationError, match="set GEMINI_API_KEY"):
         await gemini.request(HELLO, RequestInfo())
     assert fake.received == []
+
+
+async def test_vertex_without_usable_credentials(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
+    monkeypatch.setenv("GOOGLE_CLOUD_LOCATION", "us-central1")
+    vertex = infer_model("vertex:gemini-2.5-flash")
+    with allow_model_requests(True), pytest.raises(ModelAuthenticationError, match="vertex model"):
+        await vertex.request(HELLO, RequestInfo())

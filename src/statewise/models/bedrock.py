@@ -108,8 +108,9 @@ class Bedrock(SdkModel[Any]):
 
     `base_url` is the endpoint URL (a VPC endpoint, a gateway, a test server); `region`,
     `profile` and the `aws_*` credentials default to what boto3 finds. `api_key` (default
-    `AWS_BEARER_TOKEN_BEDROCK`) is a Bedrock API key; boto3 sends it only over HTTPS. Extra keyword arguments are
-    request settings: `max_tokens`, `temperature`, `top_p`, `stop_sequences` go to
+    `AWS_BEARER_TOKEN_BEDROCK`) is a Bedrock API key; boto3 sends it only over HTTPS.
+
+    Extra keyword arguments are request settings: `max_tokens`, `temperature`, `top_p`, `stop_sequences` go to
     `inferenceConfig`; `additional_model_request_fields={...}` (for example Claude's
     `{"thinking": {"type": "enabled", "budget_tokens": 1024}}`) and the Converse fields
     `guardrailConfig`, `performanceConfig`, `requestMetadata` are sent as given.

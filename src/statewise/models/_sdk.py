@@ -28,20 +28,38 @@ import asyncio
 import dataclasses
 import inspect
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from statewise.exceptions import MalformedResponseError
 from statewise.models._errors import SdkErrors, classify, translate
 from statewise.models._guard import check_allow_model_requests
 from statewise.models._retry import Retryable, RetryPolicy, with_retries
-from statewise.models._sse import ChunkReader, SseEvent, SseParser, StreamReader, sse_events
+from statewise.models._sse import SseEvent, SseParser, StreamReader, sse_events
 from statewise.models.base import Model
-from statewise.models.messages import RequestInfo, StreamChunk
+from statewise.models.messages import (
+    ModelResponse,
+    RequestInfo,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+)
 
 T = TypeVar("T")
 ClientT = TypeVar("ClientT")
+
+
+class ChunkReader(Protocol):
+    """What `SdkModel._stream_chunks` needs of a reader: chunks in, deltas out, `done`
+    once the stream's terminator came, and the complete response at the end."""
+
+    terminator: str
+    done: bool
+
+    def feed(self, chunk: Any, /) -> Iterable[TextDelta | ToolCallDelta]: ...
+
+    def response(self) -> ModelResponse: ...
 
 
 class SdkModel(Model, Generic[ClientT]):

@@ -14,7 +14,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from statewise.exceptions import MalformedResponseError
 from statewise.models.messages import ModelResponse, TextDelta, ToolCallDelta
@@ -82,18 +82,6 @@ async def sse_events(lines: AsyncIterator[str], parser: SseParser) -> AsyncItera
     last = parser.close()
     if last is not None:
         yield last
-
-
-class ChunkReader(Protocol):
-    """What `SdkModel._stream_chunks` needs of a reader: chunks in, deltas out, `done`
-    once the stream's terminator came, and the complete response at the end."""
-
-    terminator: str
-    done: bool
-
-    def feed(self, chunk: Any, /) -> Iterable[TextDelta | ToolCallDelta]: ...
-
-    def response(self) -> ModelResponse: ...
 
 
 class StreamReader(ABC):

@@ -48,8 +48,7 @@ from statewise.models._errors import (
     transport_errors,
 )
 from statewise.models._retry import Retryable, RetryPolicy, parse_retry_after, status_is_retryable
-from statewise.models._sdk import SdkModel
-from statewise.models._sse import ChunkReader
+from statewise.models._sdk import ChunkReader, SdkModel
 from statewise.models.messages import (
     Message,
     ModelResponse,

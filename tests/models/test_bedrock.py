@@ -36,6 +36,7 @@ from statewise.models import (
 from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.bedrock import Bedrock
+from statewise.models.messages import OutputSpec
 from statewise.run.events import ToolCallCompleted
 
 pytestmark = pytest.mark.anyio
@@ -312,3 +313,14 @@ async def test_no_region_is_a_configuration_error(
     assert isinstance(bedrock, Bedrock) and bedrock.id == "amazon.nova-pro-v1:0"
     with allow_model_requests(True), pytest.raises(ConfigurationError, match="set AWS_REGION"):
         await bedrock.request(HELLO, RequestInfo())
+
+
+async def test_typed_answers_are_refused_until_supported(
+    fake: FakeServer, retry: RetryPolicy
+) -> None:
+    """Not built yet (the output_schema issue): a clear error, not an untyped answer."""
+    output = OutputSpec(name="Answer", json_schema={"type": "object", "properties": {}})
+    bedrock = model(fake, retry)
+    with pytest.raises(ConfigurationError, match="typed answers"):
+        await stream(bedrock, HELLO, RequestInfo(output=output))
+    assert fake.received == []

@@ -33,6 +33,7 @@ from statewise.models import (
 from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.google import GENERATED_ID, Gemini
+from statewise.models.messages import OutputSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -269,3 +270,15 @@ async def test_vertex_without_usable_credentials(
     vertex = infer_model("vertex:gemini-2.5-flash")
     with allow_model_requests(True), pytest.raises(ModelAuthenticationError, match="vertex model"):
         await vertex.request(HELLO, RequestInfo())
+
+
+async def test_typed_answers_are_refused_until_supported(
+    fake: FakeServer, retry: RetryPolicy
+) -> None:
+    """Not built yet (the output_schema issue): a clear error, not an untyped answer."""
+    output = OutputSpec(name="Answer", json_schema={"type": "object", "properties": {}})
+    gemini = model(fake, retry)
+    with pytest.raises(ConfigurationError, match="typed answers"):
+        async with gemini:
+            await gemini.request(HELLO, RequestInfo(output=output))
+    assert fake.received == []

@@ -10,9 +10,10 @@ The mapping: the system prompt is a top-level `system` list, tool results are
 `reasoningContent` blocks (text and signature, or redacted bytes) are kept and sent back
 first in the assistant turn, as Anthropic's models on Bedrock require in a tool loop.
 
-Structured output (the `output_schema` issue) plugs in at `_request`: Bedrock has no
-native JSON mode for every model, so the usual route is a forced tool whose `inputSchema`
-is the schema (`toolChoice: {"tool": {"name": ...}}`), read back from the `toolUse` input.
+Structured output (the `output_schema` issue) plugs in at `_request`, which refuses
+`RequestInfo.output` for now rather than answer in untyped text. Bedrock has no native
+JSON mode for every model, so the route is the one `Claude` takes: add
+`info.output.final_answer_tool()` to the tools with `toolChoice: {"any": {}}`.
 """
 
 from __future__ import annotations
@@ -187,6 +188,11 @@ class Bedrock(SdkModel[Any]):
         client.close()
 
     def _request(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
+        if info.output is not None:  # the seam: see the module docstring
+            raise ConfigurationError(
+                f"{self._prefix}: typed answers (RequestInfo.output) are not supported by "
+                "this provider yet"
+            )
         settings = self._settings(info)
         tool_choice = settings.pop("tool_choice", None)
         request: dict[str, Any] = {"modelId": self.id}

@@ -16,8 +16,11 @@ Responses are read as the SDK's typed objects, dumped to the wire's JSON shape
 (`model_dump(mode="json", by_alias=True)`), so stored reasoning is plain JSON and the
 parsing below reads what the API documents. The SDK's own retries are off; ours apply.
 
-Structured output (the `output_schema` issue) plugs in at `_config`: set
-`response_mime_type="application/json"` and `response_json_schema` from the schema.
+Structured output (the `output_schema` issue) plugs in at `_config`, which refuses
+`RequestInfo.output` for now rather than answer in untyped text: set
+`response_mime_type="application/json"` and `response_json_schema` from
+`info.output.json_schema` (or, with tools on models that cannot combine the two, the
+final-answer tool and mode ANY).
 """
 
 from __future__ import annotations
@@ -171,6 +174,11 @@ class Gemini(SdkModel["genai.Client"]):
         client.close()
 
     def _config(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
+        if info.output is not None:  # the seam: see the module docstring
+            raise ConfigurationError(
+                f"{self._prefix}: typed answers (RequestInfo.output) are not supported by "
+                "this provider yet"
+            )
         settings = self._settings(info)
         tool_choice = settings.pop("tool_choice", None)
         config: dict[str, Any] = {_ALIASES.get(k, k): v for k, v in settings.items()}

@@ -146,7 +146,7 @@ def test_state_rollback_and_fork(db_url: str) -> None:
     assert rolled["state"] == {"items": ["milk"]} and rolled["version"] == 4
     code, out, _ = invoke("state", "history", "a", "--db", db_url, "--json")
     history = json.loads(out)
-    assert history[-1]["sources"] == ["rollback:to=1"]  # recorded, not rewritten
+    assert [s["source"] for s in history[-1]["segments"]] == ["rollback:to=1"]  # recorded
     code, out, _ = invoke("state", "history", "a", "--db", db_url, "--json", "--limit", "2")
     assert [h["version"] for h in json.loads(out)] == [3, 4]  # the last two
     code, out, err = invoke("state", "fork", "a", "--at", "2", "--new-id", "a2", "--db", db_url)

@@ -16,11 +16,12 @@ from typing import Any
 
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
-from statewise.db.records import RunRecord, SessionRecord
+from statewise.db.records import RunRecord, ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
 from statewise.exceptions import SessionNotFoundError
 from statewise.run.resume import PausedRun, paused_runs
+from statewise.state.secrets import redact_conflict, redact_op_value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,24 @@ class Sessions(TimeTravel):
             app_name=source.app_name or "default",
             kind=source.kind,
         )
+
+    def state_deltas(self, session_id: str, *, after_version: int = 0) -> list[dict[str, Any]]:
+        """The session's own state changes as stored, one per version: each source's
+        ops (`segments`), run, step, conflicts and time; secret values redacted."""
+        self.require(session_id)
+        secrets = self._secret_keys(session_id)
+        out = []
+        for delta in self.db.read_deltas(
+            ScopeKey("session", session_id), after_version=after_version
+        ):
+            data = delta.to_dict()
+            data["segments"] = [
+                {"source": s.source, "ops": [redact_op_value(op, secrets) for op in s.ops]}
+                for s in delta.segments
+            ]
+            data["conflicts"] = [redact_conflict(c, secrets) for c in delta.conflicts]
+            out.append(data)
+        return out
 
     def iter_export(self, session_id: str) -> Iterator[dict[str, Any]]:
         """The session as export records, one at a time (what `export_session` returns

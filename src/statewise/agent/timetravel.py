@@ -42,7 +42,7 @@ class TimeTravel:
         self, session_id: str | None = None, *, limit: int | None = None, after_version: int = 0
     ) -> list[dict[str, Any]]:
         """One entry per commit of the session's own state: version, run, step, sources,
-        ops (also by source, in `segments`) and conflicts."""
+        ops and conflicts."""
         _sid, key = self._session_key(session_id)
         # History shows what changed, never a secret's value (stored ones are encrypted).
         secrets = self._secret_keys(_sid)
@@ -53,10 +53,6 @@ class TimeTravel:
                 "step": d.step,
                 "sources": [s.source for s in d.segments],
                 "ops": [redact_op_value(op, secrets) for op in d.ops],
-                "segments": [
-                    {"source": s.source, "ops": [redact_op_value(op, secrets) for op in s.ops]}
-                    for s in d.segments
-                ],
                 "conflicts": [redact_conflict(c, secrets) for c in d.conflicts],
                 "created_at": d.created_at,
             }

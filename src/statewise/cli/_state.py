@@ -111,7 +111,7 @@ def history(
     _, version, _ = current(db, session_id)
     # the last `limit` versions (a limit alone would give the first ones)
     after = max(0, version - limit) if limit else 0
-    deltas = db.get_state_history(session_id, after_version=after)
+    deltas = db.state_deltas(session_id, after_version=after)
     if as_json:
         console.print(
             json.dumps(deltas, ensure_ascii=False, indent=2), markup=False, highlight=False

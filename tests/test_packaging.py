@@ -114,3 +114,30 @@ def test_cli_with_a_missing_database_extra_prints_one_line(tmp_path: Path) -> No
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'statewise[postgres]'" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "blocked", "package", "extra"),
+    [
+        ("google:gemini-2.5-flash", ("google",), "google-genai", "google"),
+        ("vertex:gemini-2.5-flash", ("google",), "google-genai", "google"),
+        ("bedrock:amazon.nova-pro-v1:0", ("boto3", "botocore"), "boto3", "bedrock"),
+        ("azure:my-deployment", ("openai",), "openai", "openai"),
+    ],
+)
+def test_a_missing_provider_extra_is_one_error_naming_it(
+    spec: str, blocked: tuple[str, ...], package: str, extra: str, tmp_path: Path
+) -> None:
+    script = without_modules(*blocked) + (
+        "from statewise import Agent\n"
+        "from statewise.exceptions import MissingDependencyError\n"
+        "try:\n"
+        f"    Agent(model={spec!r})\n"
+        "except MissingDependencyError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = run_python(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines() == [
+        f"{package!r} is not installed; install it with: pip install 'statewise[{extra}]'"
+    ]

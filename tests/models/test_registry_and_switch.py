@@ -82,7 +82,7 @@ def test_unknown_or_incomplete_specs(spec: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         infer_model(spec)
     if spec != "openai:":
-        assert "anthropic, ollama, openai, openai-compatible, openai-responses, test" in str(
+        assert "anthropic, azure, bedrock, deepseek, fireworks, gemini, google, groq" in str(
             info.value
         )
 
@@ -101,7 +101,8 @@ async def test_switch_blocks_real_providers_not_offline_ones() -> None:
     assert statewise.models.ALLOW_MODEL_REQUESTS is False  # set by conftest
     info = RequestInfo()
     messages = [Message(role="user", content="hi")]
-    for spec in ["openai:x", "openai-responses:x", "anthropic:x", "ollama:x"]:
+    specs = ["openai:x", "openai-responses:x", "anthropic:x", "ollama:x", "groq:x", "azure:x"]
+    for spec in [*specs, "google:x", "vertex:x", "bedrock:x"]:
         model: Model = infer_model(spec)
         with pytest.raises(ModelRequestsDisabledError):
             await model.request(messages, info)
@@ -120,7 +121,8 @@ def test_all_is_sorted_and_complete() -> None:
 def test_core_import_loads_no_sdk() -> None:
     code = (
         "import sys, statewise.models as m; m.infer_model('test');"
-        "print(sorted(k for k in ('openai', 'anthropic', 'httpx2') if k in sys.modules))"
+        "print(sorted(k for k in ('openai', 'anthropic', 'httpx2', 'google.genai', 'boto3')"
+        " if k in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

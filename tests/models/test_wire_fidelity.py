@@ -112,7 +112,7 @@ def final(chunks: list[StreamChunk]) -> ModelResponse:
 
 def body(reply: Reply) -> list[str]:
     assert reply.sse is not None
-    return reply.sse
+    return [e for e in reply.sse if isinstance(e, str)]
 
 
 # 1. A stream must be SSE and must end with its terminator --------------------------------

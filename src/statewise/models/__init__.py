@@ -2,7 +2,8 @@
 
 Providers are not imported here, so the core needs no SDK: use `infer_model("openai:...")`
 or import `statewise.models.openai_chat` (the provider classes are also reachable lazily as
-`statewise.models.OpenAIChat`, `OpenAIResponses` and `Claude`).
+`statewise.models.OpenAIChat`, `OpenAIResponses`, `Claude`, `AzureOpenAIChat`, `Gemini`
+and `Bedrock`). `docs/providers.md` lists every provider string.
 
 `ALLOW_MODEL_REQUESTS` is the global switch for real requests: set it to `False` (tests do,
 in a conftest) and every real provider raises `ModelRequestsDisabledError` before any
@@ -59,6 +60,9 @@ _LAZY = {
     "OpenAIChat": "statewise.models.openai_chat",
     "OpenAIResponses": "statewise.models.openai_responses",
     "Claude": "statewise.models.anthropic",
+    "AzureOpenAIChat": "statewise.models.azure",
+    "Gemini": "statewise.models.google",
+    "Bedrock": "statewise.models.bedrock",
 }
 
 

@@ -179,7 +179,7 @@ def translate(
     reached the caller (the message says so, since they are part of a lost answer).
     """
     prefix = f"{provider} model {model!r}"
-    where = "" if deltas is None else f" ({_arrived(deltas)})"
+    where = "" if deltas is None else f" ({arrived(deltas)})"
     if isinstance(exc, ModelError):
         return exc
     if isinstance(exc, StreamErrorEvent):
@@ -194,30 +194,19 @@ def translate(
             return ContextLengthExceededError(text, status_code=status, body=exc.body)
         return ModelHTTPError(text, status_code=status, body=exc.body)
     if _is_transport(exc, sdk):
-        cause = f"{type(exc).__name__}: {_redact(str(exc), api_key)}"
-        if deltas is None:
-            return ModelConnectionError(f"{prefix}: no response ({cause})")
-        return ModelConnectionError(
-            f"{prefix}: the connection broke while the answer streamed in, {_arrived(deltas)} "
-            f"({cause})",
-            deltas=deltas,
-        )
+        return connection_error(prefix, exc, api_key=api_key, deltas=deltas)
     if isinstance(exc, sdk.status):
         status = int(getattr(exc, "status_code", 0))
         body = getattr(exc, "body", None)
         message = _redact(error_message(body) or str(exc), api_key)
-        text = f"{prefix}: HTTP {status}: {message}"
         if status < 400:  # an error event inside a successful stream
             return ModelError(f"{prefix}: error event in stream: {message}")
-        if status in (401, 403):
-            return ModelAuthenticationError(text, status_code=status, body=body)
-        if status == 429:
-            return ModelRateLimitError(
-                f"{text} (still rate limited after retries)", status_code=status, body=body
-            )
-        if sdk.is_context_length(status, body, message):
-            return ContextLengthExceededError(text, status_code=status, body=body)
-        return ModelHTTPError(text, status_code=status, body=body)
+        return status_error(
+            f"{prefix}: HTTP {status}: {message}",
+            status,
+            body,
+            context_length=sdk.is_context_length(status, body, message),
+        )
     if isinstance(exc, sdk.validation):
         return MalformedResponseError(f"{prefix}: the response does not parse: {exc}{where}")
     if isinstance(exc, sdk.api):  # an error event inside a stream
@@ -230,11 +219,47 @@ def translate(
     return exc
 
 
-def _arrived(deltas: int) -> str:
+def status_error(
+    text: str, status: int, body: Any, *, context_length: bool, auth: bool = False
+) -> ModelHTTPError:
+    """The typed error for an HTTP error status that retries did not cure: 401/403 (or
+    `auth`, for providers that refuse a key with another status), 429, context overflow,
+    or any other status."""
+    if auth or status in (401, 403):
+        return ModelAuthenticationError(text, status_code=status, body=body)
+    if status == 429:
+        return ModelRateLimitError(
+            f"{text} (still rate limited after retries)", status_code=status, body=body
+        )
+    if context_length:
+        return ContextLengthExceededError(text, status_code=status, body=body)
+    return ModelHTTPError(text, status_code=status, body=body)
+
+
+def connection_error(
+    prefix: str, exc: Exception, *, api_key: str | None, deltas: int | None
+) -> ModelConnectionError:
+    """No response at all (`deltas` None), or a stream that broke after `deltas` deltas."""
+    cause = f"{type(exc).__name__}: {_redact(str(exc), api_key)}"
+    if deltas is None:
+        return ModelConnectionError(f"{prefix}: no response ({cause})")
+    return ModelConnectionError(
+        f"{prefix}: the connection broke while the answer streamed in, {arrived(deltas)} ({cause})",
+        deltas=deltas,
+    )
+
+
+def arrived(deltas: int) -> str:
+    """How much of a streamed answer had reached the caller, for error messages."""
     if deltas == 0:
         return "before any delta had arrived"
     piece = "delta" if deltas == 1 else "deltas"
     return f"after {deltas} {piece} had reached the caller; that partial answer is lost"
+
+
+def redact(text: str, api_key: str | None) -> str:
+    """`text` with the API key replaced by `***`."""
+    return _redact(text, api_key)
 
 
 def _redact(text: str, api_key: str | None) -> str:

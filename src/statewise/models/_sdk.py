@@ -28,25 +28,44 @@ import asyncio
 import dataclasses
 import inspect
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Generic, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Generic, Protocol, TypeVar
 
 from statewise.exceptions import MalformedResponseError
 from statewise.models._errors import SdkErrors, classify, translate
 from statewise.models._guard import check_allow_model_requests
-from statewise.models._retry import RetryPolicy, with_retries
-from statewise.models._sse import SseParser, StreamReader, sse_events
+from statewise.models._retry import Retryable, RetryPolicy, with_retries
+from statewise.models._sse import SseEvent, SseParser, StreamReader, sse_events
 from statewise.models.base import Model
-from statewise.models.messages import RequestInfo, StreamChunk
+from statewise.models.messages import (
+    ModelResponse,
+    RequestInfo,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+)
 
 T = TypeVar("T")
 ClientT = TypeVar("ClientT")
 
 
+class ChunkReader(Protocol):
+    """What `SdkModel._stream_chunks` needs of a reader: chunks in, deltas out, `done`
+    once the stream's terminator came, and the complete response at the end."""
+
+    terminator: str
+    done: bool
+
+    def feed(self, chunk: Any, /) -> Iterable[TextDelta | ToolCallDelta]: ...
+
+    def response(self) -> ModelResponse: ...
+
+
 class SdkModel(Model, Generic[ClientT]):
-    """Base of `OpenAIChat`, `OpenAIResponses` and `Claude`; subclasses set `sdk_errors`
-    and implement `_make_client`, `request` and `request_stream`."""
+    """Base of every SDK-backed provider; subclasses implement `_make_client`, `request`
+    and `request_stream`, and either set `sdk_errors` (the Stainless-generated OpenAI and
+    Anthropic SDKs) or override `_classify` and `_translate` (other SDKs)."""
 
     sdk_errors: SdkErrors
 
@@ -95,9 +114,13 @@ class SdkModel(Model, Generic[ClientT]):
         if self._client is not None and self._client_loop is loop:
             return
         client = self._make_client()
-        keeper = _keep_until_loop_shutdown(client)
+        keeper = _keep_until_loop_shutdown(client, self._close_client)
         await keeper.__anext__()  # parks it on this loop; shutdown_asyncgens closes it
         self._client, self._client_loop, self._keeper = client, loop, keeper
+
+    async def _close_client(self, client: ClientT) -> None:
+        """Close a client this model made (the Stainless SDKs' `close()` is async)."""
+        await client.close()  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
         """Close the client this model created (not one passed in)."""
@@ -116,9 +139,7 @@ class SdkModel(Model, Generic[ClientT]):
         check_allow_model_requests(self.name)
         await self._ensure_client()
         try:
-            return await with_retries(
-                attempt, policy=self.retry, classify=classify(self.sdk_errors)
-            )
+            return await with_retries(attempt, policy=self.retry, classify=self._classify)
         except Exception as exc:
             mapped = self._translate(exc)
             if mapped is exc:
@@ -131,33 +152,55 @@ class SdkModel(Model, Generic[ClientT]):
         new_reader: Callable[[], StreamReader],
     ) -> AsyncIterator[StreamChunk]:
         """Open a streaming response (an SDK `with_streaming_response` call), read its SSE
-        with a fresh `new_reader()` per attempt, yield the deltas and then the response.
+        with a fresh `new_reader()` per attempt, yield the deltas and then the response."""
+        seen: dict[str, Any] = {}
+
+        @asynccontextmanager
+        async def events() -> AsyncIterator[AsyncIterator[SseEvent]]:
+            async with open_stream() as response:
+                seen["response"], seen["parser"] = response, SseParser()
+                yield sse_events(response.iter_lines(), seen["parser"])
+
+        def incomplete(reader: ChunkReader, sent: int) -> Exception:
+            return self._unterminated(reader, seen["parser"], seen["response"], sent)
+
+        async for chunk in self._stream_chunks(events, new_reader, incomplete):
+            yield chunk
+
+    async def _stream_chunks(
+        self,
+        open_chunks: Callable[[], AbstractAsyncContextManager[AsyncIterator[Any]]],
+        new_reader: Callable[[], ChunkReader],
+        incomplete: Callable[[ChunkReader, int], Exception],
+    ) -> AsyncIterator[StreamChunk]:
+        """Read a stream of chunks (SSE events, SDK stream objects, AWS event-stream
+        events) with a fresh `new_reader()` per attempt; yield the deltas and then the
+        response. A stream that ends before the reader is `done` raises
+        `incomplete(reader, deltas_sent)`.
 
         Retried from scratch while no delta has reached the caller; afterwards a failure is
         raised with the number of deltas that had arrived in its message.
         """
         check_allow_model_requests(self.name)
         await self._ensure_client()
-        verdict = classify(self.sdk_errors)
         retry = 0
         while True:
             reader = new_reader()
             sent = 0
             try:
-                async with open_stream() as response:
-                    parser = SseParser()
-                    async for event in sse_events(response.iter_lines(), parser):
-                        for delta in reader.feed(event):
+                async with open_chunks() as chunks:
+                    async for chunk in chunks:
+                        for delta in reader.feed(chunk):
                             sent += 1
                             yield delta
                         if reader.done:
                             break
                     if not reader.done:
-                        raise self._unterminated(reader, parser, response, sent)
+                        raise incomplete(reader, sent)
                 yield reader.response()
                 return
             except Exception as exc:
-                wait = None if sent else self.retry.wait_before(retry, verdict(exc))
+                wait = None if sent else self.retry.wait_before(retry, self._classify(exc))
                 if wait is None:
                     mapped = self._translate(exc, deltas=sent)
                     if mapped is exc:
@@ -167,7 +210,7 @@ class SdkModel(Model, Generic[ClientT]):
             retry += 1
 
     def _unterminated(
-        self, reader: StreamReader, parser: SseParser, response: Any, sent: int
+        self, reader: ChunkReader, parser: SseParser, response: Any, sent: int
     ) -> MalformedResponseError:
         prefix = f"{self.provider} model {self.id!r}"
         content_type = response.headers.get("content-type", "")
@@ -177,9 +220,14 @@ class SdkModel(Model, Generic[ClientT]):
                 f"body that is not server-sent events (content-type {content_type!r}): "
                 f"{parser.stray[:200]!r}"
             )
+        return self._ended_early(reader, sent)
+
+    def _ended_early(self, reader: ChunkReader, sent: int) -> MalformedResponseError:
+        """A stream that stopped before its terminator, after `sent` deltas."""
         delivered = f"after {sent} deltas; the partial answer is lost" if sent else "early"
         return MalformedResponseError(
-            f"{prefix}: the stream ended without its terminator ({reader.terminator}), {delivered}"
+            f"{self.provider} model {self.id!r}: the stream ended without its terminator "
+            f"({reader.terminator}), {delivered}"
         )
 
     def _settings(self, info: RequestInfo) -> dict[str, Any]:
@@ -193,7 +241,12 @@ class SdkModel(Model, Generic[ClientT]):
             settings.pop("tool_choice", None)
         return settings
 
+    def _classify(self, exc: Exception) -> Retryable | None:
+        """Whether a failure deserves another attempt (see `_retry`)."""
+        return classify(self.sdk_errors)(exc)
+
     def _translate(self, exc: Exception, *, deltas: int | None = None) -> Exception:
+        """Our typed error for an SDK failure, or `exc` itself when it is not one."""
         return translate(
             exc,
             self.sdk_errors,
@@ -216,10 +269,12 @@ class SdkModel(Model, Generic[ClientT]):
         return known
 
 
-async def _keep_until_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
+async def _keep_until_loop_shutdown(
+    client: Any, close: Callable[[Any], Awaitable[None]]
+) -> AsyncGenerator[None, None]:
     """Yields once, then waits; finalizing it (aclose, or the loop's shutdown) closes
     `client`."""
     try:
         yield
     finally:
-        await client.close()
+        await close(client)

@@ -12,7 +12,11 @@ import os
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Literal
 
-from statewise.exceptions import MalformedResponseError, MissingDependencyError
+from statewise.exceptions import (
+    MalformedResponseError,
+    MissingDependencyError,
+    ModelAuthenticationError,
+)
 from statewise.models._assemble import StreamAssembler, parse_arguments
 from statewise.models._errors import (
     FINAL_CODES,
@@ -61,7 +65,8 @@ OPENAI_ERRORS = SdkErrors(
 class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
     """A model behind the Chat Completions API (`POST {base_url}/chat/completions`).
 
-    `api_key` and `base_url` default to `OPENAI_API_KEY` and `OPENAI_BASE_URL`. Extra
+    `api_key` and `base_url` default to `OPENAI_API_KEY` and `OPENAI_BASE_URL` (a named
+    host reads its key from its own variable instead, `api_key_env`). Extra
     keyword arguments are request settings (`temperature=0`, `max_tokens=...`); settings in
     `RequestInfo.settings` override them per request, and ones the SDK does not know are
     sent in the body as they are. `stream_usage` asks for token usage in streams
@@ -83,12 +88,13 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
         client: openai.AsyncOpenAI | None = None,
         provider: str = "openai",
         stream_usage: bool = True,
+        api_key_env: str = "OPENAI_API_KEY",
         structured_output: Literal["json_schema", "tool"] = "json_schema",
         **settings: Any,
     ) -> None:
         super().__init__(
             id=id,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+            api_key=api_key or os.environ.get(api_key_env),
             timeout=timeout,
             retry=retry,
             max_retries=max_retries,
@@ -98,16 +104,16 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.provider = provider
         self.stream_usage = stream_usage
+        self.api_key_env = api_key_env
         # How a typed answer is asked for: `response_format` with a JSON Schema (OpenAI,
         # and servers that support it), or a final-answer tool for servers that do not.
         self.structured_output = structured_output
 
     def _make_client(self) -> openai.AsyncOpenAI:
         if not self.api_key:
-            from statewise.exceptions import ModelAuthenticationError
-
             raise ModelAuthenticationError(
-                f"{self.provider} model {self.id!r}: no API key; set OPENAI_API_KEY or pass api_key="
+                f"{self.provider} model {self.id!r}: no API key; set {self.api_key_env} "
+                "or pass api_key="
             )
         return openai.AsyncOpenAI(
             api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout

@@ -1,7 +1,8 @@
 """`"provider:model"` strings to `Model` objects.
 
 Each built-in factory imports its provider module only when called, so `infer_model`
-works in a core install and only the provider actually used needs its SDK.
+works in a core install and only the provider actually used needs its SDK. The named
+OpenAI-compatible hosts (`groq:`, `ollama:`, ...) come from the one table in `hosts`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
+from statewise.models.hosts import HOSTS, Host
 
 ProviderFactory = Callable[[str], Model]
 """Builds a model from the part of the spec after `prefix:`."""
@@ -37,21 +39,43 @@ def _anthropic(model_id: str) -> Model:
     return Claude(id=model_id)
 
 
-def ollama_base_url() -> str:
-    """The OpenAI-compatible endpoint of Ollama: `OLLAMA_HOST` (as Ollama spells it,
-    `host:port` or a URL) plus `/v1`, or `http://localhost:11434/v1`."""
-    host = os.environ.get("OLLAMA_HOST", "").strip() or "http://localhost:11434"
-    if "://" not in host:
-        host = f"http://{host}"
-    host = host.rstrip("/")
-    return host if host.endswith("/v1") else f"{host}/v1"
+def _azure(model_id: str) -> Model:
+    from statewise.models.azure import AzureOpenAIChat
+
+    return AzureOpenAIChat(id=model_id)
 
 
-def _ollama(model_id: str) -> Model:
-    from statewise.models.openai_chat import OpenAIChat
+def _google(model_id: str) -> Model:
+    from statewise.models.google import Gemini
 
-    # Ollama ignores the key, but the SDK refuses to start without one.
-    return OpenAIChat(id=model_id, base_url=ollama_base_url(), api_key="ollama", provider="ollama")
+    return Gemini(id=model_id)
+
+
+def _vertex(model_id: str) -> Model:
+    from statewise.models.google import Gemini
+
+    return Gemini(id=model_id, vertexai=True)
+
+
+def _bedrock(model_id: str) -> Model:
+    from statewise.models.bedrock import Bedrock
+
+    return Bedrock(id=model_id)
+
+
+def _named_host(host: Host) -> ProviderFactory:
+    def factory(model_id: str) -> Model:
+        from statewise.models.openai_chat import OpenAIChat
+
+        return OpenAIChat(
+            id=model_id,
+            base_url=host.url(),
+            api_key=host.api_key(),
+            api_key_env=host.key_env,
+            provider=host.name,
+        )
+
+    return factory
 
 
 def _openai_compatible(rest: str) -> Model:
@@ -78,12 +102,17 @@ def _test(model_id: str) -> Model:
 
 
 _PROVIDERS: dict[str, ProviderFactory] = {
+    **{name: _named_host(host) for name, host in HOSTS.items()},
     "anthropic": _anthropic,
-    "ollama": _ollama,
+    "azure": _azure,
+    "bedrock": _bedrock,
+    "gemini": _google,
+    "google": _google,
     "openai": _openai,
     "openai-compatible": _openai_compatible,
     "openai-responses": _openai_responses,
     "test": _test,
+    "vertex": _vertex,
 }
 
 

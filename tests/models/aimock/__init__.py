@@ -49,9 +49,10 @@ def version() -> str:
 
 
 class AimockServer:
-    """One aimock process on 127.0.0.1 with a random port."""
+    """One aimock process on 127.0.0.1 with a random port. With `check_keys` off it
+    accepts any credentials (for AWS SigV4 signatures, which its key check refuses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, check_keys: bool = True) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="statewise-aimock-")
         fixtures = Path(self._dir.name) / "fixtures.json"
         # Strict mode refuses to start with no fixture; tests add their own.
@@ -70,11 +71,18 @@ class AimockServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "AIMOCK_API_KEYS": API_KEY},
+            env=self._env(check_keys),
         )
         self.url = self._wait_for_url()
         self._drain = threading.Thread(target=self._read_rest, daemon=True)
         self._drain.start()
+
+    @staticmethod
+    def _env(check_keys: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "AIMOCK_API_KEYS"}
+        if check_keys:
+            env["AIMOCK_API_KEYS"] = API_KEY
+        return env
 
     def _wait_for_url(self) -> str:
         assert self._proc.stdout is not None

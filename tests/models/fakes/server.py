@@ -24,9 +24,10 @@ class Reply:
     json: Any = None
     body: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    sse: list[str] | None = None
-    """Pre-formatted SSE events (each ends with a blank line), streamed one chunk each with
-    chunked transfer encoding, as real servers stream."""
+    sse: list[str] | list[bytes] | None = None
+    """Pre-formatted SSE events (each ends with a blank line), or binary event-stream
+    messages, streamed one chunk each with chunked transfer encoding, as real servers
+    stream. The content type is `text/event-stream` unless `headers` names another."""
     cut: bool = False
     """With `sse`: drop the connection after the events, without ending the chunked body
     (what a crashed server or a broken network looks like to the client)."""
@@ -134,14 +135,14 @@ class FakeServer:
                     time.sleep(reply.delay)
                 if reply.sse is not None:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "text/event-stream")
+                    headers = {"Content-Type": "text/event-stream", **reply.headers}
                     self.send_header("Transfer-Encoding", "chunked")
                     self.send_header("Connection", "close")
-                    for key, value in reply.headers.items():
+                    for key, value in headers.items():
                         self.send_header(key, value)
                     self.end_headers()
                     for event in reply.sse:
-                        data = event.encode()
+                        data = event if isinstance(event, bytes) else event.encode()
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         self.wfile.flush()
                     if reply.cut:

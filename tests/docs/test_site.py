@@ -68,7 +68,12 @@ def test_the_built_pages_load_no_asset_from_another_host(site: Path) -> None:
 
 def test_the_api_reference_documents_the_public_api(site: Path) -> None:
     for page, names in {
-        "api/statewise.html": ["statewise.Agent", "statewise.Workflow", "statewise.Team"],
+        "api/statewise.html": [
+            "statewise.Agent",
+            "statewise.Agent.get_session_state",  # inherited members are shown
+            "statewise.Workflow",
+            "statewise.Team",
+        ],
         "api/db.html": ["statewise.db.SqliteDb", "statewise.db.postgres.PostgresDb"],
         "api/models.html": ["statewise.models.FunctionModel", "statewise.models.TestModel"],
         "api/tools.html": ["statewise.tools.Toolkit", "statewise.tools.MCPTools"],

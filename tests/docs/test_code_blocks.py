@@ -115,6 +115,10 @@ def test_page_blocks_run_and_print_what_the_page_shows(page: Path, tmp_path: Pat
         if IN_CI:
             pytest.fail("npm --prefix tests/server/agui_js ci first (required when CI=true)")
         pytest.skip("npm --prefix tests/server/agui_js ci first (needed for the js blocks)")
+    if any("curl " in b.text for b in blocks if runnable(b)) and shutil.which("curl") is None:
+        if IN_CI:
+            pytest.fail("curl is not installed (required when CI=true)")
+        pytest.skip("curl is not installed (this page's shell examples use it)")
     port = str(free_port())
     job_blocks = []
     for index, block in enumerate(blocks):

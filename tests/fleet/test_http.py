@@ -202,7 +202,7 @@ def test_a_server_without_a_fleet_has_no_fleet_routes() -> None:
     from statewise.server import create_app
     from tests.server.conftest import make_agent
 
-    schema = create_app([make_agent(InMemoryDb())]).openapi()
+    schema = create_app([make_agent(InMemoryDb(), secrets=False)]).openapi()
     assert not [p for p in schema["paths"] if p.startswith("/v1/fleet")]
 
 
@@ -280,7 +280,7 @@ def test_the_page_hides_the_fleet_panel_without_a_fleet(tmp_path: Path) -> None:
     from statewise.server import create_app
     from tests.server.conftest import make_agent
 
-    live = start_server(create_app([make_agent(InMemoryDb())]))
+    live = start_server(create_app([make_agent(InMemoryDb(), secrets=False)]))
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from tests.models.fakes import FakeServer, SleepRecorder
 from tests.models.fakes import bedrock as wire
 
@@ -36,7 +37,6 @@ from statewise.models import (
 from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.bedrock import Bedrock
-from statewise.models.messages import OutputSpec
 from statewise.run.events import ToolCallCompleted
 
 pytestmark = pytest.mark.anyio
@@ -315,12 +315,23 @@ async def test_no_region_is_a_configuration_error(
         await bedrock.request(HELLO, RequestInfo())
 
 
-async def test_typed_answers_are_refused_until_supported(
+class Verdict(BaseModel):
+    ok: bool
+
+
+async def test_a_typed_answer_is_the_final_answer_tool_it_must_call(
     fake: FakeServer, retry: RetryPolicy
 ) -> None:
-    """Not built yet (the output_schema issue): a clear error, not an untyped answer."""
-    output = OutputSpec(name="Answer", json_schema={"type": "object", "properties": {}})
-    bedrock = model(fake, retry)
-    with pytest.raises(ConfigurationError, match="typed answers"):
-        await stream(bedrock, HELLO, RequestInfo(output=output))
-    assert fake.received == []
+    fake.replies.append(
+        wire.converse(
+            [{"toolUse": {"toolUseId": "t1", "name": "final_answer", "input": {"ok": True}}}]
+        )
+    )
+    agent: Agent[Verdict] = Agent(model=model(fake, retry), output_schema=Verdict)
+    assert (await agent.arun("is it fine?")).content == Verdict(ok=True)
+    config = fake.received[0].json["toolConfig"]
+    assert config["toolChoice"] == {"any": {}}
+    [tool] = config["tools"]
+    spec = tool["toolSpec"]
+    assert spec["name"] == "final_answer"
+    assert spec["inputSchema"]["json"] == Verdict.model_json_schema()

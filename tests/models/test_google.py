@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from tests.models.fakes import FakeServer, Reply, SleepRecorder
 from tests.models.fakes import gemini as wire
 
@@ -33,7 +34,6 @@ from statewise.models import (
 from statewise.models._guard import allow_model_requests
 from statewise.models._retry import RetryPolicy
 from statewise.models.google import GENERATED_ID, Gemini
-from statewise.models.messages import OutputSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -272,13 +272,31 @@ async def test_vertex_without_usable_credentials(
         await vertex.request(HELLO, RequestInfo())
 
 
-async def test_typed_answers_are_refused_until_supported(
+class Verdict(BaseModel):
+    ok: bool
+
+
+async def test_a_typed_answer_is_asked_for_with_a_response_schema(
     fake: FakeServer, retry: RetryPolicy
 ) -> None:
-    """Not built yet (the output_schema issue): a clear error, not an untyped answer."""
-    output = OutputSpec(name="Answer", json_schema={"type": "object", "properties": {}})
-    gemini = model(fake, retry)
-    with pytest.raises(ConfigurationError, match="typed answers"):
-        async with gemini:
-            await gemini.request(HELLO, RequestInfo(output=output))
-    assert fake.received == []
+    """No tools: Gemini's native JSON mode with the schema; the answer comes back typed."""
+    fake.replies.append(wire.response([{"text": '{"ok": true}'}]))
+    agent: Agent[Verdict] = Agent(model=model(fake, retry), output_schema=Verdict)
+    assert (await agent.arun("is it fine?")).content == Verdict(ok=True)
+    config = fake.received[0].json["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"] == Verdict.model_json_schema()
+
+
+async def test_with_tools_a_typed_answer_is_the_final_answer_tool(
+    fake: FakeServer, retry: RetryPolicy
+) -> None:
+    call = {"functionCall": {"name": "final_answer", "args": {"ok": False}}}
+    fake.replies.append(wire.response([call]))
+    agent: Agent[Verdict] = Agent(model=model(fake, retry), tools=[note], output_schema=Verdict)
+    assert (await agent.arun("check")).content == Verdict(ok=False)
+    body = fake.received[0].json
+    names = [d["name"] for t in body["tools"] for d in t["functionDeclarations"]]
+    assert names == ["note", "final_answer"]
+    assert body["toolConfig"]["functionCallingConfig"]["mode"] == "ANY"
+    assert "responseJsonSchema" not in body.get("generationConfig", {})

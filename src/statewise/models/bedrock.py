@@ -10,10 +10,9 @@ The mapping: the system prompt is a top-level `system` list, tool results are
 `reasoningContent` blocks (text and signature, or redacted bytes) are kept and sent back
 first in the assistant turn, as Anthropic's models on Bedrock require in a tool loop.
 
-Structured output (the `output_schema` issue) plugs in at `_request`, which refuses
-`RequestInfo.output` for now rather than answer in untyped text. Bedrock has no native
-JSON mode for every model, so the route is the one `Claude` takes: add
-`info.output.final_answer_tool()` to the tools with `toolChoice: {"any": {}}`.
+A typed answer (`RequestInfo.output`): Bedrock has no native JSON mode for every model, so
+the route is the one `Claude` takes: the final-answer tool beside the others, with
+`toolChoice: {"any": {}}`; its input is the answer.
 """
 
 from __future__ import annotations
@@ -188,11 +187,6 @@ class Bedrock(SdkModel[Any]):
         client.close()
 
     def _request(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
-        if info.output is not None:  # the seam: see the module docstring
-            raise ConfigurationError(
-                f"{self._prefix}: typed answers (RequestInfo.output) are not supported by "
-                "this provider yet"
-            )
         settings = self._settings(info)
         tool_choice = settings.pop("tool_choice", None)
         request: dict[str, Any] = {"modelId": self.id}
@@ -206,9 +200,14 @@ class Bedrock(SdkModel[Any]):
         request["messages"] = wire_messages
         if system:
             request["system"] = [{"text": system}]
-        if info.tools:
-            request["toolConfig"] = {"tools": map_tools(info.tools)}
-            if tool_choice is not None:
+        tools = list(info.tools)
+        if info.output is not None:
+            tools.append(info.output.final_answer_tool())
+        if tools:
+            request["toolConfig"] = {"tools": map_tools(tools)}
+            if info.output is not None:
+                request["toolConfig"]["toolChoice"] = {"any": {}}
+            elif tool_choice is not None:
                 request["toolConfig"]["toolChoice"] = map_tool_choice(tool_choice)
         return request
 

@@ -16,11 +16,10 @@ Responses are read as the SDK's typed objects, dumped to the wire's JSON shape
 (`model_dump(mode="json", by_alias=True)`), so stored reasoning is plain JSON and the
 parsing below reads what the API documents. The SDK's own retries are off; ours apply.
 
-Structured output (the `output_schema` issue) plugs in at `_config`, which refuses
-`RequestInfo.output` for now rather than answer in untyped text: set
-`response_mime_type="application/json"` and `response_json_schema` from
-`info.output.json_schema` (or, with tools on models that cannot combine the two, the
-final-answer tool and mode ANY).
+A typed answer (`RequestInfo.output`) is asked for natively when the request has no tools:
+`response_mime_type="application/json"` with `response_json_schema`. With tools (which
+Gemini models before 3 cannot combine with a response schema) it is the final-answer tool
+with function calling mode ANY, as for Claude and Bedrock.
 """
 
 from __future__ import annotations
@@ -174,19 +173,21 @@ class Gemini(SdkModel["genai.Client"]):
         client.close()
 
     def _config(self, messages: list[Message], info: RequestInfo) -> dict[str, Any]:
-        if info.output is not None:  # the seam: see the module docstring
-            raise ConfigurationError(
-                f"{self._prefix}: typed answers (RequestInfo.output) are not supported by "
-                "this provider yet"
-            )
         settings = self._settings(info)
         tool_choice = settings.pop("tool_choice", None)
         config: dict[str, Any] = {_ALIASES.get(k, k): v for k, v in settings.items()}
         system, contents = map_messages(messages)
         if system:
             config["system_instruction"] = system
-        if info.tools:
-            config["tools"] = [types.Tool(function_declarations=map_tools(info.tools))]
+        tools = list(info.tools)
+        if info.output is not None and not tools:
+            config["response_mime_type"] = "application/json"
+            config["response_json_schema"] = info.output.json_schema
+        elif info.output is not None:
+            tools.append(info.output.final_answer_tool())
+            tool_choice = "required"
+        if tools:
+            config["tools"] = [types.Tool(function_declarations=map_tools(tools))]
             if tool_choice is not None:
                 config["tool_config"] = map_tool_choice(tool_choice)
         return {

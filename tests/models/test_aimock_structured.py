@@ -1,8 +1,10 @@
 # ruff: noqa: F811 (pytest fixtures shared with test_aimock, used by name)
-"""Typed answers against `@copilotkit/aimock`: each provider asks for the schema the way its
-API expects (OpenAI Chat `response_format` json_schema, strict when the schema allows;
-OpenAI Responses `text.format`; Anthropic a final-answer tool with `tool_choice: any`),
-and the answer, whole and streamed, comes back parsed and validated."""
+"""Typed answers against `@copilotkit/aimock`, for every provider: each asks for the schema
+the way its API expects (OpenAI Chat and Azure `response_format` json_schema, strict when
+the schema allows; OpenAI Responses `text.format`; Gemini and Vertex `responseJsonSchema`;
+Anthropic and Bedrock a final-answer tool the model must call), and the answer, whole and
+streamed, comes back parsed and validated. Where aimock's journal shows a request converted
+to chat, the wire shape is checked on the in-repo fakes (here, test_google, test_bedrock)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from tests.models.test_aimock import (  # noqa: F401 (fixtures)
     Provider,
     aimock,
     aimock_server,
+    aimock_unkeyed_server,
     model_for,
     prompt,
     provider,
@@ -44,10 +47,11 @@ class Triage(BaseModel):
 
 
 ANSWER = {"priority": "high", "summary": "the disk is full"}
+TOOL_ANSWERS = ("anthropic", "bedrock")  # no native structured output: the final-answer tool
 
 
 def _fixture(provider: Provider, text: str, answer: dict[str, Any]) -> dict[str, Any]:
-    if provider.name == "anthropic":  # the answer as the final-answer tool's input
+    if provider.name in TOOL_ANSWERS:  # the answer as the final-answer tool's input
         response: dict[str, Any] = {"toolCalls": [{"name": "final_answer", "arguments": answer}]}
     else:
         response = {"content": json.dumps(answer)}
@@ -77,16 +81,16 @@ async def test_the_request_carries_the_schema_and_the_answer_is_typed(
     [request] = [e for e in aimock.journal() if e["method"] == "POST"]
     body = request["body"]
     schema = Triage.model_json_schema()
-    if provider.name == "openai-chat":
+    if provider.name in ("openai-chat", "azure"):
         assert body["response_format"]["type"] == "json_schema"
         sent = body["response_format"]["json_schema"]
         assert sent["name"] == "Triage" and sent["schema"] == schema
         assert sent["strict"] is True  # every property required, no others
-    elif provider.name == "openai-responses":
-        pass  # aimock's journal keeps the body as chat; the wire shape: the test below
-    else:  # aimock's journal shows the tools as chat functions; the wire shape: below
+    elif provider.name in TOOL_ANSWERS:  # the journal shows tools as chat functions
         names = [t["function"]["name"] for t in body["tools"]]
         assert names == ["final_answer"]
+    else:  # Responses, Gemini: the journal keeps the body as chat; wire shapes on the fakes
+        assert not body.get("tools")
 
 
 async def test_an_answer_that_does_not_fit_is_retried_then_fails(

@@ -186,3 +186,22 @@ def test_runs_paused_then_approve_and_reject(workdir: Path) -> None:
     assert code == 0 and "fraud" in out.splitlines()[-1], err
     with Sessions(db) as sessions:
         assert sessions.state("p2").state == {}
+
+
+def test_runs_list_and_show_for_a_session(workdir: Path) -> None:
+    db = f"sqlite:///{workdir / 'r.db'}"
+    _fill(db, "a", "milk", "eggs")
+    code, out, err = invoke("runs", "list", "--session", "a", "--db", db, "--json")
+    assert code == 0, err
+    runs = json.loads(out)
+    assert [r["input"] for r in runs] == ["milk", "eggs"]
+    code, out, err = invoke(
+        "runs", "show", runs[0]["run_id"], "--session", "a", "--db", db, "--json"
+    )
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["status"], shown["input"], shown["content"]) == ("completed", "milk", "noted")
+    code, _, err = invoke("runs", "show", "nope", "--session", "a", "--db", db)
+    assert code == 2 and "no run 'nope'" in err
+    code, _, err = invoke("runs", "list", "--session", "a", "--db", db, "--status", "failed")
+    assert code == 2 and "--status" in err

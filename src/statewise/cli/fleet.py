@@ -188,13 +188,29 @@ runs_app = typer.Typer(
 )
 
 
+SessionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--session",
+        help="A session's runs instead of the fleet's: --db is then the session database "
+        "(sqlite:///..., postgresql://..., redis://...).",
+        show_default=False,
+    ),
+]
+
+
 @runs_app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="The run id.", show_default=False)],
     db: FleetDbOption,
+    session: SessionOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """One run's status, executor, session, output or error."""
+    """One run's status, executor, session, output or error (with --session, one run of
+    that session: status, input, answer, error, metrics)."""
+    if session is not None:
+        _session_run(db, session, run_id, as_json)
+        return
     with _clear_errors(), _fleet(db) as fleet:
         info = fleet.info(run_id)
     if as_json:
@@ -207,6 +223,7 @@ def runs_show(
 @runs_app.command("list")
 def runs_list(
     db: FleetDbOption,
+    session: SessionOption = None,
     status: Annotated[
         str | None,
         typer.Option("--status", help="Only queued, running, completed, failed or cancelled runs."),
@@ -214,7 +231,15 @@ def runs_list(
     limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """The latest runs, newest first."""
+    """The latest runs, newest first (with --session, that session's runs, oldest first)."""
+    if session is not None:
+        from statewise.cli.sessions import sessions_runs
+
+        with _clear_errors():
+            if status is not None:
+                raise CliError("--status lists a fleet's runs; a session's runs all show")
+        sessions_runs(session, db=db, limit=limit, as_json=as_json)
+        return
     with _clear_errors():
         if status not in (None, "queued", "running", "completed", "failed", "cancelled"):
             raise CliError(
@@ -238,3 +263,22 @@ def runs_list(
             info.error or "",
         )
     console.print(table)
+
+
+def _session_run(db: str, session: str, run_id: str, as_json: bool) -> None:
+    from statewise.cli._state import need_session, open_db, when
+
+    with _clear_errors(), open_db(db) as sessions:
+        need_session(sessions, session)
+        run = sessions.run(session, run_id)
+        if run is None:
+            raise CliError(f"session {session!r} has no run {run_id!r}")
+    data = {k: v for k, v in run.to_dict().items() if k != "messages"} | {
+        "created_at": when(run.created_at),
+        "updated_at": when(run.updated_at),
+    }
+    if as_json:
+        typer.echo(json.dumps(data, default=str))
+        return
+    for key, value in data.items():
+        console.print(f"[bold]{key}[/]: {value}", markup=True, highlight=False)

@@ -464,19 +464,37 @@ def _resume_answer(entry: Any) -> Any:
     return payload
 
 
+def _trailing_tool_messages(body: RunAgentInput) -> list[Any]:
+    """The tool messages that end the request: a frontend's results of client-side tools."""
+    out: list[Any] = []
+    for message in reversed(body.messages):
+        if message.role != "tool":
+            break
+        out.append(message)
+    return out
+
+
 def plan_resume(served: Served, session_id: str, body: RunAgentInput) -> ResumePlan:
     """Which paused run this request continues, and its answers: resume entries answer
     interrupts (approvals), trailing tool messages answer client-side tool calls."""
     answers: dict[str, Any] = {}
     for entry in body.resume or []:
         answers[entry.interrupt_id] = _resume_answer(entry)
-    for message in reversed(body.messages):
-        if message.role != "tool":
-            break
-        answers[message.tool_call_id] = {"result": _text(message.content)}
+    for message in _trailing_tool_messages(body):
+        answers.setdefault(message.tool_call_id, {"result": _text(message.content)})
+    told = {m.tool_call_id for m in _trailing_tool_messages(body)}
     waiting = paused_runs(served.db, session_id)
     for paused in waiting:
         ids = {p.tool_call_id for p in paused.pending}
+        approvals = sorted(p.tool_call_id for p in paused.pending if p.kind == "approval")
+        misused = [i for i in approvals if i in told]
+        if misused:
+            raise Problem(
+                422,
+                f"tool call {', '.join(map(repr, misused))} waits for approval: answer it with "
+                "a resume entry (interruptId); a tool message only answers a client-side tool",
+                title="Invalid request",
+            )
         if ids & set(answers):
             client = frozenset(p.tool_call_id for p in paused.pending if p.kind == "client")
             mine = {k: v for k, v in answers.items() if k in ids}

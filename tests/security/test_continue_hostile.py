@@ -9,6 +9,7 @@ its text: approvals are answered by `resume` entries only.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -68,7 +69,7 @@ def test_hostile_edited_arguments_on_continue_are_422_and_write_nothing(served: 
         before = _session_view(client, "c1")
         assert before[2] == ["paused"] and before[3] == [run_id]
         for name, arguments in HOSTILE.items():
-            body = '{"approvals": {"t1": {"arguments": %s}}}' % arguments
+            body = '{"approvals": {"t1": {"arguments": ' + arguments + "}}}"
             r = _post_raw(client, url, body)
             assert r.status_code == 422, (name, r.status_code, r.text)
             detail = r.json()["detail"]
@@ -93,9 +94,7 @@ def test_hostile_edited_arguments_on_agui_resume_are_422(served: Any) -> None:
                 "state": ui.state,
                 "resume": [{"interruptId": "t1", "status": "resolved", "payload": "@ARGS@"}],
             }
-            import json
-
-            text = json.dumps(body).replace('"@ARGS@"', '{"arguments": %s}' % arguments)
+            text = json.dumps(body).replace('"@ARGS@"', '{"arguments": ' + arguments + "}")
             r = _post_raw(client, AGUI, text)
             assert r.status_code == 422, (name, r.status_code, r.text)
             assert _session_view(client, "g1") == before, name

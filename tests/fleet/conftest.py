@@ -36,6 +36,7 @@ class FleetLab:
     url: str
     tmp: Path
     sleep: float = 0.1
+    worker_url: str | None = None  # the workers' --db, when not `url`
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -88,7 +89,7 @@ class FleetLab:
                 "worker",
                 f"{APP}",
                 "--db",
-                self.url,
+                self.worker_url or self.url,
                 "--executor-id",
                 executor_id,
                 "--drain",

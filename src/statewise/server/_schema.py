@@ -62,6 +62,8 @@ _WHY: dict[int, str] = {
     412: "If-Match names a stale state version; `current_version` is the latest",
     413: "The request body is larger than the server's limit",
     422: "The request is well-formed but invalid; `errors` lists each reason",
+    499: "The client disconnected before the run finished: the run was cancelled and ends "
+    "failed with that reason (nobody receives this answer; the access log shows it)",
     500: "The run or the server failed; the detail says why",
     502: "The model provider failed (after retries)",
     503: "The database is unavailable",
@@ -72,7 +74,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries declaring these statuses with the problem schema."""
     return {
         code: {
-            "description": _WHY.get(code, HTTPStatus(code).phrase),
+            "description": _WHY[code] if code in _WHY else HTTPStatus(code).phrase,
             "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_REF}}},
         }
         for code in codes

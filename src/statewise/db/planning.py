@@ -52,12 +52,19 @@ def scope_of(key: str) -> tuple[str, str]:
 
 @dataclass(kw_only=True, slots=True)
 class SessionSpec:
-    """Who a run is for: the session, its user and its app."""
+    """Who a run is for: the session, its user and its app.
+
+    `owner_required`: the session may only be opened if it is `user_id`'s (or new). A
+    caller that names the user it runs for (a server acting for a principal) sets it; it
+    is checked each time the transaction reads the session record (at checkout, and again
+    after a lost race), so no timing lets a run write into another user's session. Without
+    it an existing session is opened as its owner's (library code is trusted)."""
 
     session_id: str
     user_id: str | None = None
     app_name: str = "default"
     kind: str = "agent"
+    owner_required: bool = False
 
     def scope_keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
         return _scope_keys(self.session_id, self.user_id or ANONYMOUS_USER, self.app_name)
@@ -155,7 +162,12 @@ def resplit(
 
 def owned_spec(spec: SessionSpec, record: SessionRecord) -> SessionSpec:
     """`spec` as the stored session has it: an existing session's owner, app and kind
-    are its own, whoever reads it. `spec` itself when they already agree."""
+    are its own, whoever reads it. `spec` itself when they already agree.
+    `SessionExistsError` when `spec` requires its owner and the session is another's."""
+    if spec.owner_required and (record.user_id or None) != (spec.user_id or None):
+        raise SessionExistsError(
+            f"session {spec.session_id!r} belongs to another user; nothing was written to it"
+        )
     user_id = record.user_id or spec.user_id
     app_name = record.app_name or spec.app_name
     if user_id == spec.user_id and app_name == spec.app_name and record.kind == spec.kind:

@@ -108,6 +108,7 @@ def _session_spec(served: Served, session_id: str, user_id: str | None) -> Sessi
         user_id=user_id,
         app_name=served.app_name or "default",
         kind=served.kind[:-1],
+        owner_required=True,  # a session someone else creates meanwhile is never opened
     )
 
 
@@ -153,6 +154,7 @@ async def agui_run(
             user_id=record.user_id,
             app_name=record.app_name or served.app_name or "default",
             kind=record.kind,
+            owner_required=True,
         )
     else:
         spec = _session_spec(served, session_id, user_id)

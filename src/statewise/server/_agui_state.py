@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewise.db.records import NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import SessionSpec, scope_of
+from statewise.db.store import SessionSpec, owned_spec, scope_of
 from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
@@ -156,7 +156,8 @@ class StateSync:
 
     def snapshot(self) -> dict[str, Any]:
         """The state now (secrets redacted); deltas are relative to it from here on."""
-        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        record, versions = self.db.probe(self.spec.session_id, self.keys)
+        self._check_owner(record)
         state = self.store.state_at(self.spec, versions)
         self.mirror = PatchMirror(state, secret_keys=self.served.secret_keys, hidden=hidden)
         self.sent = dict(versions)
@@ -166,7 +167,8 @@ class StateSync:
         """The JSON Patch from the versions last sent to the latest ones, made from the
         stored ops; a snapshot (a dict) if the ops do not fit the frontend's copy."""
         assert self.mirror is not None
-        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        record, versions = self.db.probe(self.spec.session_id, self.keys)
+        self._check_owner(record)
         ops: list[Op] = []
         for key in self.keys:
             if versions[key] == self.sent.get(key, 0):
@@ -192,6 +194,12 @@ class StateSync:
             return self.mirror.apply(ops)
         except Exception:
             return self.snapshot()
+
+    def _check_owner(self, record: SessionRecord | None) -> None:
+        """A session read for this thread is its user's: one another user created since
+        the route looked is never shown (`owned_spec` raises for it)."""
+        if record is not None:
+            owned_spec(self.spec, record)
 
     def record_sync(self, run_id: str, messages: int) -> None:
         """Remember the versions this thread's frontend now has (see the module doc): an

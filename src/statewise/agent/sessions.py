@@ -36,9 +36,8 @@ from statewise.exceptions import (
 )
 from statewise.state.jsonvalue import copy_json, to_json_value
 from statewise.state.reserved import check_writable, is_reserved
+from statewise.state.secrets import REDACTED
 from statewise.state.tracked import TrackedDict, to_plain
-
-REDACTED = "***"
 
 
 class _HasStore(Protocol):

@@ -17,14 +17,13 @@ from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
 from statewise.exceptions import SecretsError
 from statewise.state.ops import Op
 from statewise.state.secrets import (
+    REDACTED,
     Cipher,
     is_encrypted,
     redact_conflict,
     registered_secrets,
 )
 from statewise.state.tracked import shared_plain, to_plain
-
-REDACTED = "***"
 
 
 class StateCodec:

@@ -32,9 +32,10 @@ from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
 from statewise.state.edits import fill_missing, replay_edits
-from statewise.state.jsonpatch import REDACTED, PatchMirror
+from statewise.state.jsonpatch import PatchMirror
 from statewise.state.ops import Op
 from statewise.state.reserved import is_reserved
+from statewise.state.secrets import REDACTED
 from statewise.state.tracked import to_plain
 
 SYNC_EVENT = "agui_synced"

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
+from statewise.state.secrets import REDACTED
+
 if TYPE_CHECKING:
     from statewise.server._registry import Registry
 
@@ -163,7 +165,7 @@ def state_components(registry: Registry) -> dict[str, Any]:
         properties = js.setdefault("properties", {})
         for key in served.secret_keys:
             properties[key] = {
-                "const": "***",
+                "const": REDACTED,
                 "type": "string",
                 "description": "A secret key: its value is never sent",
             }

@@ -8,9 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from statewise.run.output import RunOutput
-from statewise.state.secrets import redact, redact_op_value
-
-REDACTED = "***"
+from statewise.state.secrets import REDACTED, redact, redact_op_value
 
 
 def jsonable(value: Any) -> Any:

@@ -15,6 +15,7 @@ from statewise.exceptions import MissingDependencyError, SecretsError
 
 __all__ = [
     "MARKER",
+    "REDACTED",
     "REGISTRY_KEY",
     "Cipher",
     "is_encrypted",
@@ -26,6 +27,7 @@ __all__ = [
 
 MARKER = "$secret"
 REDACTED = "***"
+"""What a secret value reads as wherever it leaves the engine: the one marker."""
 REGISTRY_KEY = "app:__secrets__"
 """Which keys are secret is part of the data: the app scope (loaded with every session of
 the app) lists, under this reserved key, the full names of every key any agent of the app

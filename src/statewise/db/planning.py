@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from statewise.db.records import DeltaRecord, ScopeKey, SessionRecord
-from statewise.exceptions import SessionDeletedError, SessionExistsError
+from statewise.exceptions import SessionDeletedError, SessionExistsError, StateConflictError
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
+from statewise.state.secrets import REDACTED
 
 USER_PREFIX = "user:"
 APP_PREFIX = "app:"
@@ -102,13 +103,21 @@ def rebase_scope(
     theirs: Sequence[Op],
     pending: PendingCommit,
     rules: Rules,
+    secrets: frozenset[str] = frozenset(),
 ) -> list[Op] | None:
     """Rebase our pending ops of one scope onto `latest` (in place). Conflicts are added
-    to `pending.conflicts`; returns the rebased ops, or None when we had none there."""
+    to `pending.conflicts`; returns the rebased ops, or None when we had none there. A
+    `strict` conflict on one of `secrets` raises without the values (its text goes
+    wherever errors go: responses, run records, logs, spans)."""
     mine = ops_of_scope(pending.segments, kind)
     if not mine:
         return None
-    result = rebase(latest, theirs, mine, rules)
+    try:
+        result = rebase(latest, theirs, mine, rules)
+    except StateConflictError as exc:
+        if exc.key in secrets:
+            raise exc.masked(REDACTED) from None
+        raise
     for conflict in result.conflicts:
         pending.conflicts.append({"scope": kind, **conflict.to_json()})
     return list(result.ops)

@@ -175,7 +175,7 @@ def _versioned_write(
     spec = owner._spec(session_id, None)
     with store.begin(spec, mode="existing", expected_version=if_version) as txn:
         base = txn.version
-        change(txn.state, store.secret_keys)
+        change(txn.state, store.secret_keys_in(txn.state))  # the data's secrets
         if txn.has_changes:
             txn.commit(
                 [NewEvent(type="api_call", data={"call": source, "base_version": base})],

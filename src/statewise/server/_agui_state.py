@@ -105,8 +105,9 @@ class StateSync:
         # Opened at the versions the frontend saw: its edits rebase like any writer's
         # (versions the session never had are an InvalidInputError, a 422).
         with self.store.begin(self.spec, mode="existing", at_versions=synced) as txn:
+            secrets = self.store.secret_keys_in(txn.state)  # the data's, not the served app's
             base_view = {
-                key: REDACTED if key in self.served.secret_keys else to_plain(value)
+                key: REDACTED if key in secrets else to_plain(value)
                 for key, value in txn.state.items()
                 if not hidden(key)
             }
@@ -117,9 +118,7 @@ class StateSync:
                     txn.state,
                     base_view,
                     state,
-                    unchanged=lambda key, value: (
-                        key in self.served.secret_keys and value == REDACTED
-                    ),
+                    unchanged=lambda key, value: key in secrets and value == REDACTED,
                 )
             if not txn.has_changes:
                 return []
@@ -160,7 +159,9 @@ class StateSync:
         record, versions = self.db.probe(self.spec.session_id, self.keys)
         self._check_owner(record)
         state = self.store.state_at(self.spec, versions)
-        self.mirror = PatchMirror(state, secret_keys=self.served.secret_keys, hidden=hidden)
+        # The session's own app's secrets (its record's app), whoever serves it.
+        secrets = self.store.app_secret_keys(self.spec.app_name) | self.store.secret_keys_in(state)
+        self.mirror = PatchMirror(state, secret_keys=secrets, hidden=hidden)
         self.sent = dict(versions)
         return self.mirror.snapshot()
 

@@ -27,7 +27,7 @@ from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
-from statewise.run.emit import Emit
+from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, StateChanged
 from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
@@ -128,6 +128,7 @@ async def drive_run(
         _txn=txn,
     )
     scope = RunScope(txn=txn, run_id=run_id, durable=points is not None)
+    emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
     if points is not None:
         ctx.metadata[SCOPE_KEY] = scope  # team members commit under the run's commit ids
     metrics = RunMetrics()

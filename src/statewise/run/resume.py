@@ -35,7 +35,7 @@ from statewise.models.messages import Message, ToolCall
 from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.driver import end_run, history_messages
-from statewise.run.emit import Emit
+from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, ToolCallCompleted
 from statewise.run.loop import StepsResult, call_tool, run_steps, tool_call_event
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
@@ -322,6 +322,7 @@ async def _continue_claimed(
         _txn=txn,
     )
     scope = RunScope(txn=txn, run_id=record.run_id)
+    emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
     metrics = RunMetrics(**{k: v for k, v in record.metrics.items() if k in RunMetrics.__slots__})
     ctx.metadata[METRICS_KEY] = metrics  # team members count in this run
     before = [Message.from_dict(m) for m in record.messages]

@@ -44,6 +44,7 @@ from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
+from statewise.server._serialize import output_content
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["ag-ui"])
@@ -295,10 +296,13 @@ class AguiStream:
         if before is None:
             before = await off_loop(self._count_history, output.run_id)
         await off_loop(self.sync.record_sync, output.run_id, before + len(output.messages))
+        result = None
+        if output.status == "completed":
+            result = await off_loop(output_content, output)  # (may read the stored state)
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
-            result=output.content if output.status == "completed" else None,
+            result=result,
             outcome=outcome_of(output.pending_tool_calls),
             metadata={
                 "statewise": {

@@ -97,6 +97,13 @@ def redact_export_line(line: dict[str, Any], secret_keys: frozenset[str]) -> dic
     return line
 
 
+def output_content(output: RunOutput) -> Any:
+    """A run's answer as JSON, its session's secret values masked (see `output_json`)."""
+    keys = output.secret_keys or frozenset()
+    values = secret_values(output.session_state, keys) if keys else ()
+    return mask_json(jsonable(output.content), values)
+
+
 def output_json(output: RunOutput, secret_keys: frozenset[str]) -> dict[str, Any]:
     """A run's output as JSON. The keys hidden are the ones its own data marks secret
     (`output.secret_keys`, from the session's app) as well as `secret_keys`."""

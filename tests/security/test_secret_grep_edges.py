@@ -26,22 +26,24 @@ from statewise.db.testing import Harness
 from statewise.exceptions import StateConflictError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.server import create_app
+from tests.run.test_observe import _EXPORTER as _OBSERVED
 from tests.security._walk import Target, walk
 from tests.security.test_secret_grep import _raw_storage
 from tests.server.conftest import ADMIN, start_server, stop_server
 
 TAG = secrets.token_hex(4)
 S = {name: f"PLAINTEXT{name.upper()}{TAG}" for name in ("token", "master", "theirs", "ours")}
-_SPANS = InMemorySpanExporter()
+# The process has one global tracer provider: share the exporter of the tests that set it
+# up (tests/run/test_observe.py), whichever module runs first.
+_SPANS: InMemorySpanExporter = _OBSERVED
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _tracer() -> None:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
         provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_SPANS))
         trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(_SPANS))
 
 
 @pytest.fixture
@@ -57,6 +59,7 @@ def _leaks(blob: bytes | str) -> list[str]:
 
 
 def _span_text(exporter: InMemorySpanExporter) -> str:
+    assert exporter.get_finished_spans(), "the search sees real spans"
     parts = []
     for span in exporter.get_finished_spans():
         parts.append(json.dumps(dict(span.attributes or {}), default=str))

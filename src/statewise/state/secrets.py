@@ -129,21 +129,16 @@ occurrence of a common text (CI systems draw the same line)."""
 
 
 def secret_values(state: Mapping[str, Any], secret_keys: Iterable[str]) -> tuple[str, ...]:
-    """The texts that give a secret away wherever they appear: each secret key's value in
-    `state` (a string as it is, other values as compact JSON, and each string inside
-    them), longest first so a longer value is masked whole before a shorter one in it."""
+    """The texts that give a secret away wherever they appear: every string in each
+    secret key's value in `state` (the value itself, or the strings inside a list or
+    object), longest first so a longer value is masked whole before a shorter one in it.
+    Numbers, booleans and null are not masked by value: "true" or "1200" would mask
+    ordinary text everywhere."""
     found: set[str] = set()
     for key in secret_keys:
-        if key not in state:
+        if key not in state or is_encrypted(state[key]):
             continue
-        value = state[key]
-        if is_encrypted(value):
-            continue
-        if isinstance(value, str):
-            found.add(value)
-            continue
-        found.add(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        stack = [value]
+        stack = [state[key]]
         while stack:
             item = stack.pop()
             if isinstance(item, str):

@@ -2,6 +2,7 @@
 never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
+from statewise.agent.service import Sessions, SessionState
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -16,6 +17,7 @@ from statewise.run.events import (
 )
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
+from statewise.state.gcpause import tune_collector
 from statewise.state.schema import Reducer, Secret
 from statewise.team import Team
 from statewise.tools import Function, MCPTools, Toolkit, tool
@@ -52,6 +54,8 @@ __all__ = [
     "RunOutput",
     "RunStarted",
     "Secret",
+    "SessionState",
+    "Sessions",
     "StateChanged",
     "Step",
     "StepCompleted",
@@ -65,4 +69,5 @@ __all__ = [
     "Workflow",
     "__version__",
     "tool",
+    "tune_collector",
 ]

@@ -6,8 +6,9 @@ A hop is a queue put and a `call_soon_threadsafe` back: the calling task waits o
 asyncio future that the worker resolves. `loop.run_in_executor` / `asyncio.to_thread` /
 `asyncio.wrap_future` on a `ThreadPoolExecutor` do the same work through a
 `concurrent.futures.Future` (a Condition and its locks) chained to an asyncio future both
-ways, and cost 45-60 µs of CPU per hop with 16 concurrent callers against 7-11 µs here
-(measured on the 2-core development machine); a server's run makes several hops.
+ways, several times the CPU of a hop here under concurrent callers
+(`bench/bench_server.py` measures the server that depends on it); a server's run makes
+several hops.
 
 `Workers(size)` starts threads as calls arrive, up to `size`, and reuses idle ones. The
 caller's context variables travel with each call. A call whose caller was cancelled still

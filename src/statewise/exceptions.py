@@ -1,4 +1,4 @@
-"""Every error statewise raises, in one tree.
+"""Every error statewise raises to its caller, in one tree.
 
     StatewiseError
     ├── ConfigurationError            bad constructor arguments, unknown model strings
@@ -35,13 +35,20 @@
     │   ├── CassetteExhaustedError    a ReplayModel ran out of recorded exchanges
     │   └── ModelRequestsDisabledError real requests were switched off (tests)
     └── RunError                      a run cannot go on (no model, step limit, ...)
-        ├── UnknownToolError
         ├── RunNotFoundError          the session has no run with that id
         ├── RunNotPausedError         continuing a run that is not paused (or was continued)
-        └── InvalidApprovalError      approvals that do not answer a paused run's tool calls
+        ├── InvalidApprovalError      approvals that do not answer a paused run's tool calls
+        └── OutputValidationError     an answer that does not fit output_schema (names the
+                                      field and the reason), after every retry
 
 Errors a model can act on (a tool that raises, bad tool arguments, an unknown tool) never
-surface as exceptions: they go back to the model as the tool's result.
+surface as exceptions: they go back to the model as the tool's result. The three classes
+of that kind live beside the code that raises and catches them, outside this tree:
+`ToolArgumentsError` (`statewise.tools.errors`), `ToolResultError` (`statewise.run.loop`)
+and `MCPToolError` (`statewise.tools.mcp`).
+
+`VersionConflict` is the storage interface's own signal: the state engine catches it and
+rebases; only code that calls a backend's `commit` directly ever sees it.
 """
 
 from __future__ import annotations
@@ -247,10 +254,6 @@ class RunError(StatewiseError):
     """A run cannot go on."""
 
 
-class UnknownToolError(RunError):
-    """A tool name that the agent does not have."""
-
-
 class RunNotFoundError(RunError, KeyError):
     """The session has no run with that id."""
 
@@ -270,3 +273,17 @@ class RunNotPausedError(RunError):
 class InvalidApprovalError(RunError, ValueError):
     """Approvals that do not answer a paused run's pending tool calls (one is missing,
     unknown, or malformed)."""
+
+
+class OutputValidationError(RunError, ValueError):
+    """The model's answer does not fit the run's `output_schema`, after every retry.
+
+    `problems` lists each failing field (a dotted path, `""` for the whole answer) with
+    the reason; the message names them."""
+
+    def __init__(self, schema: str, problems: list[tuple[str, str]]) -> None:
+        shown = "; ".join(f"{path or 'answer'}: {reason}" for path, reason in problems[:8])
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        super().__init__(f"the answer does not fit {schema}: {shown}{more}")
+        self.schema = schema
+        self.problems = problems

@@ -4,11 +4,13 @@ subprocess."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from statewise.cli import app
@@ -364,3 +366,55 @@ def test_the_sample_agent_file_defines_root_agent() -> None:
         "state": {},
         "queries": ["hello world!"],
     }
+
+
+def test_state_history_tells_runs_apart_and_dates_carry_year_and_zone(workdir: Path) -> None:
+    """Time-ordered run ids share their first characters: the table shows them whole."""
+    db = f"sqlite:///{workdir / 'ids.db'}"
+    for item in ("milk", "eggs"):
+        assert (
+            invoke("run", "my_agent.py", f"remember {item}", "--session", "i", "--db", db)[0] == 0
+        )
+    _, out, _ = invoke("state", "history", "i", "--db", db, "--json")
+    run_ids = {d["run_id"] for d in json.loads(out)}
+    assert len(run_ids) == 2
+    result = CliRunner().invoke(app, ["state", "history", "i", "--db", db], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    shown = [f"…{run_id[-8:]}" for run_id in run_ids]
+    assert all(label in result.stdout for label in shown) and shown[0] != shown[1]
+    year = str(__import__("datetime").date.today().year)
+    stamps = re.findall(rf"{year}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d", result.stdout)
+    assert len(stamps) == 4, result.stdout
+
+
+def test_unique_tails_tell_time_ordered_ids_apart() -> None:
+    from statewise.cli._state import unique_tails
+
+    ids = ["0190aaaa-0000-7000-8000-00000000000a", "0190aaaa-0000-7000-8000-10000000000a"]
+    assert unique_tails(ids) == {
+        ids[0]: "…00000000000a",
+        ids[1]: "…10000000000a",
+    }
+    assert unique_tails(["short"]) == {"short": "short"}
+
+
+def _help_texts(typer_app: typer.Typer) -> list[str]:
+    texts = [c.help or "" for c in typer_app.registered_commands]
+    for group in typer_app.registered_groups:
+        assert group.typer_instance is not None
+        texts.append(str(group.typer_instance.info.help or ""))
+        texts += _help_texts(group.typer_instance)
+    return texts
+
+
+def test_help_texts_are_paragraphs_not_the_docstrings_line_breaks() -> None:
+    """A single newline in a help text shows as a broken line at any terminal width."""
+    texts = _help_texts(app)
+    assert len(texts) > 20
+    for text in texts:
+        assert "\n" not in text.replace("\n\n", ""), text
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert (
+        "Serve agents, teams and workflows over HTTP, with a web page at / and API docs at /docs."
+        in result.stdout
+    )

@@ -47,7 +47,9 @@ OTHER_ENDPOINTS = {
     ("get", "/v1/apps"),
     ("get", "/v1/me"),
     ("get", "/v1/sessions"),
+    ("get", "/v1/paused-runs"),  # the caller's own approvals: tests/server/test_auth_jwt.py
     ("get", "/healthz"),
+    ("get", "/readyz"),
 }
 
 

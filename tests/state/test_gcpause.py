@@ -1,5 +1,6 @@
-"""Big JSON values are copied and decoded with the cyclic garbage collector paused, and the
-pause always ends as it began: re-enabled if it was on, left off if the user turned it off."""
+"""Big JSON values are copied and decoded with the cyclic garbage collector paused when the
+process allows it (`tune_collector()`), and never otherwise; the pause always ends as it
+began: re-enabled if it was on, left off if the user turned it off."""
 
 from __future__ import annotations
 
@@ -13,10 +14,26 @@ import pytest
 
 from statewise.db import _codec
 from statewise.exceptions import StateSerializationError
-from statewise.state.gcpause import PAUSE_ITEMS, collector_paused
+from statewise.state.gcpause import PAUSE_ITEMS, collector_paused, tune_collector
 from statewise.state.jsonvalue import copy_json, to_json_value
 
 BIG = [{"sku": f"SKU-{i:06d}", "tags": ["a", "b"]} for i in range(3 * PAUSE_ITEMS)]
+
+BUILDS = [
+    lambda: to_json_value({"items": BIG}),
+    lambda: copy_json({"items": BIG}),
+    lambda: _codec.loads(json.dumps({"items": BIG})),
+]
+
+
+@pytest.fixture
+def tuned() -> Iterator[None]:
+    """The process lets statewise manage its collector, as `statewise serve` does."""
+    tune_collector()
+    try:
+        yield
+    finally:
+        tune_collector(False)
 
 
 @pytest.fixture
@@ -37,15 +54,26 @@ def collections() -> Iterator[list[int]]:
         gc.enable()
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: to_json_value({"items": BIG}),
-        lambda: copy_json({"items": BIG}),
-        lambda: _codec.loads(json.dumps({"items": BIG})),
-    ],
-    ids=["to_json_value", "copy_json", "loads"],
-)
+@pytest.mark.parametrize("build", BUILDS, ids=["to_json_value", "copy_json", "loads"])
+def test_by_default_the_collector_is_left_alone(build: Callable[[], Any]) -> None:
+    seen: list[bool] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        seen.append(gc.isenabled())
+
+    gc.enable()
+    gc.callbacks.append(note)
+    try:
+        build()
+    finally:
+        gc.callbacks.remove(note)
+    assert gc.isenabled()
+    # the collector ran as usual while the value was built: dozens of collections
+    assert len(seen) > 5 and all(seen)
+
+
+@pytest.mark.usefixtures("tuned")
+@pytest.mark.parametrize("build", BUILDS, ids=["to_json_value", "copy_json", "loads"])
 def test_a_big_value_is_built_without_a_collection(
     collections: list[int], build: Callable[[], Any]
 ) -> None:
@@ -59,6 +87,7 @@ def test_a_big_value_is_built_without_a_collection(
     assert json.dumps(out) == text
 
 
+@pytest.mark.usefixtures("tuned")
 def test_a_small_value_does_not_pause(collections: list[int]) -> None:
     small = [{"n": i} for i in range(PAUSE_ITEMS - 1)]
     for _ in range(3):
@@ -66,6 +95,7 @@ def test_a_small_value_does_not_pause(collections: list[int]) -> None:
     assert collections  # the collector ran as usual
 
 
+@pytest.mark.usefixtures("tuned")
 def test_a_failed_copy_ends_the_pause() -> None:
     bad = [*BIG, {"when": object()}]
     with pytest.raises(StateSerializationError, match=rf"state\[{len(BIG)}\]\['when'\]"):
@@ -73,6 +103,7 @@ def test_a_failed_copy_ends_the_pause() -> None:
     assert gc.isenabled()
 
 
+@pytest.mark.usefixtures("tuned")
 def test_a_collector_the_user_disabled_stays_disabled() -> None:
     gc.disable()
     try:
@@ -84,6 +115,7 @@ def test_a_collector_the_user_disabled_stays_disabled() -> None:
         gc.enable()
 
 
+@pytest.mark.usefixtures("tuned")
 def test_overlapping_pauses_end_with_the_last() -> None:
     entered, release = threading.Event(), threading.Event()
 

@@ -6,7 +6,6 @@ The agent object holds configuration only; each run's working data lives in the 
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -479,7 +478,3 @@ class Agent(SessionOwner):
             stream=stream,
             show_tool_calls=show_tool_calls,
         )
-
-
-def default_db_url() -> str | None:
-    return os.environ.get("STATEWISE_DB_URL")

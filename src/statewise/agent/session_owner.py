@@ -5,6 +5,7 @@ One implementation of the session API (the same behaviour on all three), so the 
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -85,6 +86,9 @@ class SessionOwner(TimeTravel):
         defaults.update(to_json_value(dict(session_state or {}), ()))
         self.session_state: dict[str, Any] = defaults
         self.db: BaseDb = resolve_db(db)
+        # Whether db= (or STATEWISE_DB_URL) chose the database: one that was not given is
+        # a fresh in-memory one, which a server may replace (`create_app(db=...)`).
+        self.has_own_db = db is not None or bool(os.environ.get("STATEWISE_DB_URL"))
         self.session_id = validate_id(session_id) if session_id is not None else None
         self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
         self.app_name = app_name or self.name or "default"
@@ -94,6 +98,10 @@ class SessionOwner(TimeTravel):
         self._store = StateStore(
             self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
         )
+        if self._store.secret_keys:
+            # Declared secrets need the encryption key: say so now, not at the first
+            # commit deep inside a run.
+            _ = self._store.cipher
 
     def _default_state(self) -> dict[str, Any]:
         return self.session_state
@@ -140,6 +148,7 @@ class SessionOwner(TimeTravel):
         """Keep sessions in another database (an object or a URL) from now on."""
         self.db = resolve_db(db)
         self._store = self._store.on(self.db)
+        self.has_own_db = True
 
     def create_session(self, session_id: str | None = None, *, user_id: str | None = None) -> str:
         """Create a new, empty session and return its id (its first run or state read

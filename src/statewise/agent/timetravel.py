@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import split_records
-from statewise.db.records import NewEvent, RunRecord, ScopeKey
+from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
 from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
@@ -152,8 +152,7 @@ class TimeTravel:
         version = self._version_of(key, at)
         target = self._store.plain_scope_at(key, version)
         new_id = new_session_id or str(uuid.uuid4())
-        source_record = self._store.db.get_session(sid)
-        spec = self._spec(new_id, source_record.user_id if source_record else None)
+        spec = self._fork_spec(new_id, self._store.db.get_session(sid))
         try:
             txn = self._store.begin(spec, mode="create")
         except SessionExistsError:
@@ -167,6 +166,10 @@ class TimeTravel:
             for run in self._runs_up_to(sid, key, version):
                 txn.commit(run=dataclasses.replace(run, session_id=new_id), source=f"fork:{sid}")
         return new_id
+
+    def _fork_spec(self, new_id: str, source: SessionRecord | None) -> SessionSpec:
+        """Who a fork belongs to: the source session's user, under this object's app."""
+        return self._spec(new_id, source.user_id if source else None)
 
     def _runs_up_to(self, session_id: str, key: ScopeKey, version: int) -> list[RunRecord]:
         """The finished runs of a session whose state changes all lie at or before

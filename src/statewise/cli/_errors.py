@@ -10,6 +10,7 @@ from rich.text import Text
 
 USAGE_ERROR = 2
 RUN_FAILED = 1
+RUN_PAUSED = 3  # a run waits for an approval nobody gave
 
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line
 

@@ -11,17 +11,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from statewise.agent.timetravel import TimeTravel
+from statewise import Sessions
 from statewise.cli._errors import CliError
 from statewise.cli._run import hint_url
-from statewise.db.base import BaseDb
-from statewise.db.records import ScopeKey
-from statewise.db.store import SessionSpec, StateStore
-from statewise.db.url import resolve_db
 from statewise.exceptions import StatewiseError
 
 
-def open_db(url: str | None) -> BaseDb:
+def open_db(url: str | None) -> Sessions:
+    """The sessions on the database at `url`, or a clear usage error."""
     if not url:
         raise CliError(
             "which database? pass --db URL (or set STATEWISE_DB_URL)",
@@ -36,42 +33,29 @@ def open_db(url: str | None) -> BaseDb:
                 hint="sqlite:///relative/path.db or sqlite:////absolute/path.db",
             )
     try:
-        return resolve_db(url)
+        return Sessions(url)
     except StatewiseError as exc:
         raise CliError(f"--db {url}: {exc}") from None
 
 
-class SessionReader(TimeTravel):
-    """Time-travel reads of any session on a database, without the agent that wrote it."""
-
-    def __init__(self, db: BaseDb) -> None:
-        self._store = StateStore(db)
-
-    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
-        if session_id is None:
-            raise CliError("a session id is needed")
-        try:
-            record = self._store.db.get_session(session_id)
-        except StatewiseError as exc:
-            raise CliError(str(exc)) from None
-        if record is None:
-            recent = [s.session_id for s in self._store.db.list_sessions(limit=5)]
-            raise CliError(
-                f"no session {session_id!r} in this database",
-                hint=f"Recent sessions: {', '.join(recent)}" if recent else "It has no sessions.",
-            )
-        return SessionSpec(
-            session_id=session_id,
-            user_id=record.user_id,
-            app_name=record.app_name or "default",
-            kind=record.kind,
+def need_session(sessions: Sessions, session_id: str) -> None:
+    """A usage error naming recent sessions when `session_id` is not on the database."""
+    try:
+        record = sessions.get(session_id)
+    except StatewiseError as exc:
+        raise CliError(str(exc)) from None
+    if record is None:
+        recent = [s.session_id for s in sessions.list_sessions(limit=5)]
+        raise CliError(
+            f"no session {session_id!r} in this database",
+            hint=f"Recent sessions: {', '.join(recent)}" if recent else "It has no sessions.",
         )
 
-    def current(self, session_id: str) -> tuple[SessionSpec, dict[str, Any], int]:
-        """The session's merged state now (own keys, its user's `user:`, its app's `app:`)."""
-        spec = self._spec(session_id, None)
-        with self._store.begin(spec, mode="existing") as txn:
-            return txn.spec, txn.plain(), txn.version
+
+def current(sessions: Sessions, session_id: str) -> tuple[dict[str, Any], int, Any]:
+    need_session(sessions, session_id)
+    found = sessions.state(session_id)
+    return found.state, found.version, found.session
 
 
 def version_arg(value: str | None) -> int | str | None:
@@ -97,13 +81,12 @@ def existing_version(
     return version
 
 
-def show(console: Console, db: BaseDb, session_id: str, at: str | None, as_json: bool) -> None:
-    reader = SessionReader(db)
-    spec, state, version = reader.current(session_id)
+def show(console: Console, db: Sessions, session_id: str, at: str | None, as_json: bool) -> None:
+    state, version, record = current(db, session_id)
     if at is not None:
         wanted = existing_version(session_id, "--at", at, version)
         try:
-            state = reader.get_state_at(session_id, wanted)
+            state = db.get_state_at(session_id, wanted)
         except StatewiseError as exc:
             raise CliError(str(exc)) from None
     if as_json:
@@ -116,25 +99,22 @@ def show(console: Console, db: BaseDb, session_id: str, at: str | None, as_json:
         Text.assemble(
             ("session ", "dim"),
             (session_id, "bold"),
-            (f"  user {spec.user_id or '-'}  app {spec.app_name}  {where}", "dim"),
+            (f"  user {record.user_id or '-'}  app {record.app_name or 'default'}  {where}", "dim"),
         )
     )
     console.print_json(data=state)
 
 
 def history(
-    console: Console, db: BaseDb, session_id: str, limit: int | None, as_json: bool, url: str
+    console: Console, db: Sessions, session_id: str, limit: int | None, as_json: bool, url: str
 ) -> None:
-    reader = SessionReader(db)
-    reader._spec(session_id, None)
-    deltas = db.read_deltas(ScopeKey("session", session_id))
-    if limit:
-        deltas = deltas[-limit:]
+    _, version, _ = current(db, session_id)
+    # the last `limit` versions (a limit alone would give the first ones)
+    after = max(0, version - limit) if limit else 0
+    deltas = db.state_deltas(session_id, after_version=after)
     if as_json:
         console.print(
-            json.dumps([d.to_dict() for d in deltas], ensure_ascii=False, indent=2),
-            markup=False,
-            highlight=False,
+            json.dumps(deltas, ensure_ascii=False, indent=2), markup=False, highlight=False
         )
         return
     if not deltas:
@@ -142,30 +122,28 @@ def history(
         return
     table = Table(title=f"State history of session {session_id}", title_justify="left")
     table.add_column("version", justify="right")
-    table.add_column("when", no_wrap=True)
+    table.add_column("when")
     table.add_column("run", no_wrap=True)
-    table.add_column("step", justify="right")
-    table.add_column("source", overflow="fold")
-    table.add_column("changes", overflow="fold")
+    run_label = unique_tails([d["run_id"] for d in deltas if d["run_id"]])
     for delta in deltas:
         first = True
-        for segment in delta.segments:
+        for segment in delta["segments"]:
             table.add_row(
-                str(delta.version) if first else "",
-                _when(delta.created_at) if first else "",
-                (delta.run_id or "-")[:8] if first else "",
-                "" if delta.step is None or not first else str(delta.step),
-                segment.source,
-                "\n".join(_describe(op) for op in segment.ops),
+                str(delta["version"]) if first else "",
+                when(delta["created_at"]) if first else "",
+                run_label.get(delta["run_id"] or "", "-") if first else "",
+                "" if delta["step"] is None or not first else str(delta["step"]),
+                segment["source"],
+                "\n".join(describe_op(op) for op in segment["ops"]),
             )
             first = False
-        for conflict in delta.conflicts:
+        for conflict in delta["conflicts"]:
             table.add_row("", "", "", "", "conflict", Text(json.dumps(conflict), style="yellow"))
     console.print(table)
     console.print(
         Text(
             f"Compare two versions: statewise state diff {session_id} --from 0 --to "
-            f"{deltas[-1].version} --db {hint_url(url)}",
+            f"{deltas[-1]['version']} --db {hint_url(url)}",
             style="dim",
         )
     )
@@ -173,18 +151,17 @@ def history(
 
 def diff(
     console: Console,
-    db: BaseDb,
+    db: Sessions,
     session_id: str,
     from_: str | None,
     to: str | None,
     as_json: bool,
 ) -> None:
-    reader = SessionReader(db)
-    _, _, version = reader.current(session_id)
+    _, version, _ = current(db, session_id)
     start = existing_version(session_id, "--from", from_, version)
     end = existing_version(session_id, "--to", to, version)
     try:
-        changes = reader.diff_state(session_id, from_=start or 0, to=end)
+        changes = db.diff_state(session_id, from_=start or 0, to=end)
     except CliError:
         raise
     except StatewiseError as exc:
@@ -224,7 +201,7 @@ def _value(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _describe(op: dict[str, Any]) -> str:
+def describe_op(op: dict[str, Any]) -> str:
     kind, path = op.get("op"), _path(op.get("path", []))
     if kind == "delete":
         return f"delete {path}"
@@ -233,5 +210,21 @@ def _describe(op: dict[str, Any]) -> str:
     return f"{kind} {path} {_value(op.get('value'))}"
 
 
-def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%m-%d %H:%M:%S") if timestamp else "-"
+def when(timestamp: float) -> str:
+    """A moment with its year and zone (RFC 3339, the local zone, to the second)."""
+    if not timestamp:
+        return "-"
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(" ", timespec="seconds")
+
+
+def unique_tails(ids: list[str], shortest: int = 8) -> dict[str, str]:
+    """Each id's shortest tail (at least `shortest` characters) that no other id shares.
+
+    Run ids are time-ordered, so ids made close together share their first characters
+    and differ at the end: a prefix would label every row the same."""
+    distinct = sorted(set(ids))
+    for n in range(shortest, max((len(i) for i in distinct), default=0) + 1):
+        tails = {i: ("…" + i[-n:]) if len(i) > n else i for i in distinct}
+        if len(set(tails.values())) == len(distinct):
+            return tails
+    return {i: i for i in distinct}

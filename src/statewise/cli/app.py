@@ -12,8 +12,10 @@ from rich.console import Console
 from rich.pretty import Pretty
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli.chat import chat
 from statewise.cli.fleet import enqueue, runs_app, worker
 from statewise.cli.serve import serve
+from statewise.cli.sessions import register_runs, register_state, sessions_app
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
@@ -27,8 +29,8 @@ app = typer.Typer(
 )
 state_app = typer.Typer(
     name="state",
-    help="Look at a session's state: now, its history of changes, and what changed between "
-    "two versions.",
+    help="A session's state: now, its history of changes, what changed between two "
+    "versions; roll it back, or fork a new session from it.",
     no_args_is_help=True,
     context_settings=HELP_OPTIONS,
 )
@@ -190,12 +192,39 @@ def run(
             "(the same as STATEWISE_LOG=debug).",
         ),
     ] = False,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve", help="Approve every tool call a run pauses on (needs_approval tools)."
+        ),
+    ] = False,
+    reject: Annotated[
+        str | None,
+        typer.Option(
+            "--reject",
+            metavar="REASON",
+            help="Reject every tool call a run pauses on; the reason goes to the model.",
+            show_default=False,
+        ),
+    ] = None,
+    continue_: Annotated[
+        str | None,
+        typer.Option(
+            "--continue",
+            metavar="RUN_ID",
+            help="Answer this paused run of --session (with --approve or --reject, or asked "
+            "at the terminal) instead of sending a message.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run an agent defined in a Python file: one message, or a replay file's queries.
 
-    Prints the exchange as \\[user]: ... and \\[agent name]: ... lines.
+    Prints the exchange as \\[user]: ... and \\[agent name]: ... lines. A run that pauses
+    for approval shows the call it waits on and is answered by --approve or --reject, or
+    asked at the terminal; otherwise the command exits with code 3 and says how to answer.
     """
-    from statewise.cli._run import parse_state, read_replay, run_queries
+    from statewise.cli._run import Decision, parse_state, read_replay, run_queries
 
     if debug:
         import logging
@@ -205,7 +234,13 @@ def run(
         logging.getLogger("statewise").setLevel(logging.DEBUG)
 
     with _clear_errors():
-        if (message is None) == (replay is None):
+        if approve and reject is not None:
+            raise CliError("give --approve or --reject, not both")
+        if continue_ is not None and session is None:
+            raise CliError("--continue needs the --session the paused run belongs to")
+        if (message is None) == (replay is None) and not (
+            continue_ is not None and message is None and replay is None
+        ):
             raise CliError(
                 "give either a message or --replay FILE",
                 hint='statewise run my_agent.py "hello"   or   '
@@ -227,6 +262,10 @@ def run(
             state=initial,
             show_state=show_state,
             traceback=traceback,
+            decision=Decision(approve=True)
+            if approve
+            else (Decision(approve=False, reason=reject) if reject is not None else None),
+            continue_run=continue_,
         )
 
 
@@ -248,8 +287,8 @@ def state_show(
     keys)."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.show(console, _state.open_db(db), session, at, as_json)
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.show(console, sessions, session, at, as_json)
 
 
 @state_app.command("history")
@@ -265,8 +304,8 @@ def state_history(
     callback, tool or API call that made it."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.history(console, _state.open_db(db), session, limit, as_json, db or "URL")
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.history(console, sessions, session, limit, as_json, db or "URL")
 
 
 @state_app.command("diff")
@@ -294,14 +333,18 @@ def state_diff(
     """What changed in a session's state between two versions (or runs), path by path."""
     from statewise.cli import _state
 
-    with _clear_errors():
-        _state.diff(console, _state.open_db(db), session, from_, to, as_json)
+    with _clear_errors(), _state.open_db(db) as sessions:
+        _state.diff(console, sessions, session, from_, to, as_json)
 
 
+app.command("chat")(chat)
 app.command("serve")(serve)
 app.command("enqueue")(enqueue)
 app.command("worker")(worker)
 app.add_typer(runs_app)
+app.add_typer(sessions_app)
+register_state(state_app)
+register_runs(runs_app)
 
 
 def _rich_logging() -> None:
@@ -320,6 +363,32 @@ def _rich_logging() -> None:
     level = os.environ.get("STATEWISE_LOG", "").strip().upper()
     if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
         logger.setLevel(level)
+
+
+def reflow_help(typer_app: typer.Typer) -> None:
+    """Help from docstrings as paragraphs, not as the docstring's line breaks: rich keeps a
+    single newline, so a docstring wrapped at 88 columns showed broken lines at any width.
+    Blank lines still separate paragraphs."""
+    import inspect
+    import re
+
+    def reflow(text: str) -> str:
+        paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+        return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+    for command in typer_app.registered_commands:
+        doc = command.help or (command.callback.__doc__ if command.callback else None)
+        if doc:
+            command.help = reflow(doc)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            info = group.typer_instance.info
+            if isinstance(info.help, str):
+                info.help = reflow(info.help)
+            reflow_help(group.typer_instance)
+
+
+reflow_help(app)
 
 
 def main() -> None:

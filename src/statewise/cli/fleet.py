@@ -192,7 +192,8 @@ def worker(
 
 runs_app = typer.Typer(
     name="runs",
-    help="Runs on a fleet's queues: queued, running, completed and failed, with their worker.",
+    help="Runs: on a fleet's queues (list, show: queued, running, completed and failed, with "
+    "their worker), and a session's paused runs (paused, approve, reject).",
     no_args_is_help=True,
 )
 

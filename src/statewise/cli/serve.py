@@ -5,16 +5,20 @@ Register it on the CLI with `app.command("serve")(serve)`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import json
 import os
 import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from statewise import tune_collector
 from statewise.exceptions import ConfigurationError, MissingDependencyError, StatewiseError
 
 DEMO_TARGET = "statewise.server.demo:build_apps"
@@ -93,6 +97,64 @@ def _use_db(objects: Any, url: str) -> None:
         obj.use_db(shared)
 
 
+@dataclass(kw_only=True)
+class ServeConfig:
+    """What a served process builds its app from; workers get it through the environment
+    (each worker process imports the target again)."""
+
+    target: str
+    db: str | None = None
+    public_docs: bool = False
+    fleet_db: str | None = None
+    cors_origins: list[str] = field(default_factory=list)
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
+    jwt_jwks: str | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+
+    @property
+    def jwt(self) -> bool:
+        return any((self.jwt_secret, self.jwt_public_key, self.jwt_jwks))
+
+
+CONFIG_VARIABLE = "STATEWISE_SERVE_CONFIG"
+
+
+def build_app(config: ServeConfig) -> Any:
+    """The app `statewise serve` runs, from its options."""
+    from statewise.server import JWTAuth, create_app
+
+    if config.db:
+        os.environ["STATEWISE_DB_URL"] = config.db
+    objects = load_target(config.target)
+    if config.db:
+        _use_db(objects, config.db)
+    fleet = _fleet(config.fleet_db) if config.fleet_db else None
+    auth = None
+    if config.jwt:
+        auth = JWTAuth(
+            secret=config.jwt_secret,
+            public_key=config.jwt_public_key,
+            jwks_file=config.jwt_jwks,
+            issuer=config.jwt_issuer,
+            audience=config.jwt_audience,
+        )
+    return create_app(
+        objects,
+        public_docs=config.public_docs,
+        fleet=fleet,
+        auth=auth,
+        cors_origins=config.cors_origins,
+    )
+
+
+def app_from_environment() -> Any:
+    """uvicorn's app factory in each worker process of `statewise serve --workers N`."""
+    tune_collector()  # this process is ours: see statewise.state.gcpause
+    return build_app(ServeConfig(**json.loads(os.environ[CONFIG_VARIABLE])))
+
+
 def serve(
     target: Annotated[
         str,
@@ -130,15 +192,88 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Worker processes (each imports the target again). Needs a database "
+            "every process can reach: a SQLite file, PostgreSQL or Redis, not memory://.",
+        ),
+    ] = 1,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="Let a browser app on this origin call the API (repeat for more; '*' for "
+            "any origin).",
+            show_default=False,
+        ),
+    ] = None,
+    root_path: Annotated[
+        str,
+        typer.Option(
+            "--root-path",
+            help="The path prefix a reverse proxy serves this under (e.g. /ai), when the "
+            "proxy strips it.",
+        ),
+    ] = "",
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            help="Trust X-Forwarded-For/-Proto from these proxy addresses (uvicorn's "
+            "option; default: 127.0.0.1).",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--jwt-secret",
+            envvar="STATEWISE_JWT_SECRET",
+            help="Authenticate with HS256 JWTs signed with this secret "
+            "(default: $STATEWISE_JWT_SECRET).",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_public_key: Annotated[
+        str | None,
+        typer.Option(
+            "--jwt-public-key",
+            envvar="STATEWISE_JWT_PUBLIC_KEY",
+            help="Authenticate with RS256/ES256 JWTs checked against this PEM file.",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_jwks: Annotated[
+        str | None,
+        typer.Option(
+            "--jwt-jwks",
+            envvar="STATEWISE_JWT_JWKS_FILE",
+            help="Authenticate with JWTs checked against this JWKS file.",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None,
+        typer.Option("--jwt-issuer", envvar="STATEWISE_JWT_ISSUER", show_default=False),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None,
+        typer.Option("--jwt-audience", envvar="STATEWISE_JWT_AUDIENCE", show_default=False),
+    ] = None,
 ) -> None:
     """Serve agents, teams and workflows over HTTP, with a web page at / and API docs at
-    /docs. API keys come from STATEWISE_API_KEYS="key=user,..." and STATEWISE_ADMIN_KEYS;
-    without keys the server only binds to a loopback address (--host 127.0.0.1).
-    --port 0 picks a free port and prints it."""
+    /docs.
+
+    Who may call: API keys from STATEWISE_API_KEYS="key=user,..." and
+    STATEWISE_ADMIN_KEYS, or JWTs (--jwt-secret, --jwt-public-key or --jwt-jwks); with
+    neither, the server only binds to a loopback address (--host 127.0.0.1). --port 0
+    picks a free port and prints it. SIGTERM lets runs in flight finish before it exits."""
     try:
         import uvicorn
 
-        from statewise.server import create_app
         from statewise.server._auth import KeyRing
         from statewise.server._middleware import is_loopback
     except ImportError as exc:
@@ -146,26 +281,46 @@ def serve(
         typer.echo(f"statewise serve: {missing}", err=True)
         raise typer.Exit(2) from None
 
-    if db:
-        os.environ["STATEWISE_DB_URL"] = db
+    config = ServeConfig(
+        target=target,
+        db=db,
+        public_docs=public_docs,
+        fleet_db=fleet_db,
+        cors_origins=list(cors_origin or []),
+        jwt_secret=jwt_secret,
+        jwt_public_key=jwt_public_key,
+        jwt_jwks=jwt_jwks,
+        jwt_issuer=jwt_issuer,
+        jwt_audience=jwt_audience,
+    )
     try:
         keys = KeyRing()
-        if not keys.enabled and not is_loopback(host):
+        if config.jwt and keys.enabled:
+            raise ConfigurationError("give API keys (STATEWISE_API_KEYS) or a JWT option, not both")
+        authenticated = keys.enabled or config.jwt
+        if not authenticated and not is_loopback(host):
             raise ConfigurationError(
                 f"refusing to serve on {host} without API keys: anyone who can reach it "
                 "could read and change every session. Set STATEWISE_API_KEYS='key=user,...' "
-                f"(and STATEWISE_ADMIN_KEYS) to serve others, or use --host {LOOPBACK}."
+                f"(and STATEWISE_ADMIN_KEYS) or a JWT option to serve others, or use --host "
+                f"{LOOPBACK}."
             )
-        objects = load_target(target)
-        if db:
-            _use_db(objects, db)
-        fleet = _fleet(fleet_db) if fleet_db else None
-        app = create_app(objects, public_docs=public_docs, fleet=fleet)
+        if workers > 1 and (db or os.environ.get("STATEWISE_DB_URL", "")).startswith("memory:"):
+            raise ConfigurationError(
+                "--workers with memory:// would give each worker sessions of its own; use "
+                "a SQLite file, PostgreSQL or Redis"
+            )
+        app = build_app(config)  # in this process too: a mistake shows before any worker
+        if workers > 1 and any(_in_memory(s) for s in app.state.statewise_registry.all()):
+            raise ConfigurationError(
+                "--workers: a served object keeps its sessions in memory, which each worker "
+                "would hold apart; give it db= or pass --db"
+            )
         sock = _bind(host, port)
     except StatewiseError as exc:
         typer.echo(f"statewise serve: {exc}", err=True)
         raise typer.Exit(2) from exc
-    if not keys.enabled:
+    if not authenticated:
         typer.echo(
             "statewise serve: no API keys configured (STATEWISE_API_KEYS): no auth, "
             f"loopback only ({host}).",
@@ -180,9 +335,36 @@ def serve(
         typer.echo(f"  {served.kind}/{served.name}  POST /v1/{served.kind}/{served.name}/runs")
     if fleet_db:
         typer.echo("  fleet runs  GET /v1/fleet/runs")
+    if workers > 1:
+        typer.echo(f"  {workers} worker processes")
     sys.stdout.flush()
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level))
-    server.run(sockets=[sock])
+    tune_collector()  # this process is ours: see statewise.state.gcpause
+    options: dict[str, Any] = {
+        "log_level": log_level,
+        "root_path": root_path,
+        "timeout_graceful_shutdown": 30,
+    }
+    if forwarded_allow_ips is not None:
+        options["forwarded_allow_ips"] = forwarded_allow_ips
+    if workers == 1:
+        uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=[sock])
+        return
+    os.environ[CONFIG_VARIABLE] = json.dumps(dataclasses.asdict(config))
+    for db_, _served in registry.databases():  # the workers open their own
+        db_.close()
+    uvicorn.run(
+        "statewise.cli.serve:app_from_environment",
+        factory=True,
+        workers=workers,
+        fd=sock.fileno(),
+        **options,
+    )
+
+
+def _in_memory(served: Any) -> bool:
+    from statewise.db.memory import InMemoryDb
+
+    return isinstance(served.db, InMemoryDb)
 
 
 def _fleet(url: str) -> Any:

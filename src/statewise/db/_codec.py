@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Callable
 from typing import Any
 
-from statewise.state.gcpause import PAUSE_BYTES, collector_paused
+from statewise.state.gcpause import PAUSE_BYTES, collector_paused, pause_wanted
 from statewise.state.jsontext import JsonText
 
 _encoder = JsonText(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -20,7 +19,7 @@ dumps: Callable[[Any], str] = _encoder.dumps  # (the method itself: no call arou
 def loads(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         text = text.decode()
-    if len(text) >= PAUSE_BYTES and gc.isenabled():
+    if len(text) >= PAUSE_BYTES and pause_wanted():
         with collector_paused():
             return _decode(text)
     return _decode(text)

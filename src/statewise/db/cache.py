@@ -1,6 +1,12 @@
 """Checked-in session trees, by session id: a bounded LRU shared by one database, so an
 unchanged session is neither re-read nor re-parsed by its next run.
 
+Bounded by bytes as well as by count: a tree weighs what its scopes take in storage (their
+snapshot and the deltas since, as stored JSON; a parsed tree takes several times that in
+memory). Past `STATEWISE_CACHE_MB` megabytes of it (default 64) the least recently used
+trees go, so a process serving big states holds a bounded amount of them, whatever their
+size; a tree bigger than the whole budget is not kept at all.
+
 Beside them, the tree a reader outside a run last read of a session (plain, never changed
 once kept): a run takes its session's tree out of the cache for the whole run, so a reader
 polling a busy session would otherwise load every scope at each read. With this, a read
@@ -9,6 +15,7 @@ loads only the scopes that moved since the last one (`BaseDb.read_scopes`).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -18,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from statewise.db.base import BaseDb
 from statewise.db.planning import scope_of
 from statewise.db.records import ScopeKey
+from statewise.exceptions import ConfigurationError
 from statewise.state.tracked import to_plain
 
 if TYPE_CHECKING:
@@ -25,7 +33,23 @@ if TYPE_CHECKING:
     from statewise.db.working import WorkingState
 
 CACHE_SIZE = 512
+CACHE_MB = 64
 READS_SIZE = 64
+
+
+def cache_bytes() -> int:
+    """The byte budget of a cache made now (`STATEWISE_CACHE_MB`, default 64)."""
+    raw = os.environ.get("STATEWISE_CACHE_MB", "").strip()
+    try:
+        megabytes = float(raw) if raw else CACHE_MB
+    except ValueError:
+        raise ConfigurationError(f"STATEWISE_CACHE_MB={raw!r} is not a number") from None
+    return max(0, int(megabytes * 1024 * 1024))
+
+
+def weight(ws: WorkingState) -> int:
+    """What a checked-in tree weighs: its scopes' stored JSON (snapshot and deltas since)."""
+    return sum(s.snapshot_bytes + s.tail_bytes for s in ws.sizes.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +60,43 @@ class _Read:
 
 
 class SessionCache:
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int | None = None, max_sessions: int = CACHE_SIZE) -> None:
+        self.max_bytes = cache_bytes() if max_bytes is None else max_bytes
+        self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, WorkingState] = OrderedDict()
+        self._weights: dict[str, int] = {}
+        self.bytes = 0  # the weight of the trees held now
         self._reads: OrderedDict[str, _Read] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def take(self, session_id: str) -> WorkingState | None:
         with self._lock:
-            return self._entries.pop(session_id, None)
+            return self._pop(session_id)
 
     def give(self, ws: WorkingState) -> None:
+        sid = ws.spec.session_id
+        heavy = weight(ws)
         with self._lock:
-            current = self._entries.get(ws.spec.session_id)
+            current = self._entries.get(sid)
             if current is not None and sum(current.versions.values()) > sum(ws.versions.values()):
                 return
-            self._entries[ws.spec.session_id] = ws
-            self._entries.move_to_end(ws.spec.session_id)
-            while len(self._entries) > CACHE_SIZE:
-                self._entries.popitem(last=False)
+            self._pop(sid)
+            if heavy > self.max_bytes:
+                return  # it alone would push every other tree out
+            self._entries[sid] = ws
+            self._weights[sid] = heavy
+            self.bytes += heavy
+            while len(self._entries) > self.max_sessions or self.bytes > self.max_bytes:
+                self._pop(next(iter(self._entries)))
+
+    def _pop(self, session_id: str) -> WorkingState | None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self.bytes -= self._weights.pop(session_id)
+        return entry
 
     def plain_if_current(
         self, session_id: str, versions: Mapping[ScopeKey, int]
@@ -123,7 +166,7 @@ class SessionCache:
 
     def drop(self, session_id: str) -> None:
         with self._lock:
-            self._entries.pop(session_id, None)
+            self._pop(session_id)
             self._reads.pop(session_id, None)
 
 

@@ -123,8 +123,8 @@ def _insert_sql(
     """The INSERT for rows of `width` values, and the one for a row holding a large text.
 
     At the positions in `absent` the rows give '' for NULL, which the INSERT turns back:
-    the sqlite3 module binds None through its adapter lookup (a few thousand instructions
-    each, against a few dozen for a string), and most events carry no commit id."""
+    the sqlite3 module binds None through its adapter lookup, far slower than a string,
+    and most events carry no commit id."""
     marks = ",".join("NULLIF(?, '')" if i in absent else "?" for i in range(width))
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({marks})",
@@ -504,7 +504,7 @@ class SqliteDb(BaseDb):
         `_sqlite_commit`): that thread shares the interpreter lock with a busy event loop,
         and each statement of a commit gives the lock up and waits to win it back. A sync
         commit has no one to wait for, and its statements cost SQLite less than the one
-        statement's triggers (callgrind: ~50k instructions per commit fewer)."""
+        statement's triggers."""
         if on_private_loop() or self.db_file == ":memory:":
             return self.commit(commit)
         return await self._writer_thread().run(self._commit_on_writer_thread, commit)

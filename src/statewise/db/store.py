@@ -190,12 +190,6 @@ class StateStore:
             cipher=self.codec.configured_cipher,
         )
 
-    def with_rules(self, rules: Rules) -> StateStore:
-        """The same database, schema and secrets with other merge rules."""
-        store = self.on(self.db)
-        store.rules = rules
-        return store
-
     # ---- transactions (what writers use) ------------------------------------------------
 
     def begin(
@@ -330,7 +324,7 @@ class StateStore:
             sizes[key] = ScopeSizes(
                 snapshot_bytes=scope.snapshot_bytes, tail_bytes=scope.tail_bytes
             )
-        self._check_schema_on_load(spec, data)
+        self._check_schema_on_load(spec, data, new=record is None)
         root = track(data, recorder)
         ws = WorkingState(
             spec=spec, record=record, versions=versions, root=root, recorder=recorder, sizes=sizes
@@ -339,10 +333,24 @@ class StateStore:
         expire_keys(ws)
         return ws
 
-    def _check_schema_on_load(self, spec: SessionSpec, data: Mapping[str, Any]) -> None:
+    def _check_schema_on_load(
+        self, spec: SessionSpec, data: Mapping[str, Any], *, new: bool = False
+    ) -> None:
         """A stored state that no longer fits the schema (the schema changed) is reported
-        with the session and what to do, instead of failing somewhere later."""
+        with the session and what to do, instead of failing somewhere later. A session
+        that does not exist yet has stored nothing: only the shared keys it sees (`user:`,
+        `app:`) are checked, and its required keys at its first commit (`validate`)."""
         if self.schema is None or not data:
+            return
+        if new:
+            try:
+                self.schema.validate_keys(data, [k for k in data if k != TTL_KEY])
+            except StateValidationError as exc:
+                raise StateValidationError(
+                    exc.key,
+                    f"{exc.reason} (a shared key the new session {spec.session_id!r} sees; "
+                    "it no longer fits state_schema)",
+                ) from exc
             return
         try:
             self.schema.validate_all({k: v for k, v in data.items() if k != TTL_KEY})
@@ -485,11 +493,23 @@ class StateStore:
     # ---- commit ----------------------------------------------------------------------------
 
     def validate(self, ws: WorkingState, keys: Iterable[str]) -> None:
-        """Check `keys` against the schema (O(change)); raises StateValidationError."""
-        if self.schema is not None:
-            touched = {k for k in keys if not k.startswith(TEMP_PREFIX)}
-            if touched:
-                self.schema.validate_keys(ws.root, touched)
+        """Check `keys` against the schema (O(change)); raises StateValidationError. The
+        commit that creates a session also needs every key the schema requires."""
+        if self.schema is None:
+            return
+        touched = {k for k in keys if not k.startswith(TEMP_PREFIX)}
+        if ws.is_new:
+            missing = self.schema.missing_required(ws.root)
+            if missing:
+                raise StateValidationError(
+                    missing[0],
+                    f"missing in the new session {ws.spec.session_id!r}, and state_schema "
+                    "requires it: give the field a default in state_schema, or "
+                    f"pass it in session_state={{{missing[0]!r}: ...}} (on the agent, for "
+                    "every new session, or on the run)",
+                )
+        if touched:
+            self.schema.validate_keys(ws.root, touched)
 
     def commit(
         self,

@@ -110,8 +110,14 @@ class Claude(SdkModel["anthropic.AsyncAnthropic"]):
         kwargs.update(model=self.id, messages=wire_messages, timeout=self.timeout)
         if system:
             kwargs["system"] = system
-        if info.tools:
-            kwargs["tools"] = map_tools(info.tools)
+        tools = list(info.tools)
+        if info.output is not None:
+            # The answer as a tool: with `any`, every turn calls a tool, the last one the
+            # final-answer tool whose input is the typed answer.
+            tools.append(info.output.final_answer_tool())
+            kwargs["tool_choice"] = {"type": "any"}
+        if tools:
+            kwargs["tools"] = map_tools(tools)
         return kwargs
 
     async def request(self, messages: list[Message], info: RequestInfo) -> ModelResponse:

@@ -173,11 +173,44 @@ class ToolDefinition:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+FINAL_ANSWER_TOOL = "final_answer"
+"""The tool a provider without native structured output offers for the answer: the
+model calls it with the answer as its arguments, and the run takes those as the answer."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputSpec:
+    """The answer format a request asks for (`RequestInfo.output`).
+
+    `strict` is true when the schema fits OpenAI's strict structured outputs (every
+    property required, no additional properties, only supported keywords): then the
+    provider can ask for it strictly and the answer always parses."""
+
+    name: str
+    json_schema: dict[str, Any]
+    description: str | None = None
+    strict: bool = False
+
+    def final_answer_tool(self) -> ToolDefinition:
+        """The answer as a tool to call, for providers without native structured output."""
+        return ToolDefinition(
+            name=FINAL_ANSWER_TOOL,
+            description=(
+                f"Give your final answer ({self.name}) by calling this tool with it as the "
+                "arguments; call it once you have everything you need, instead of "
+                "answering in text."
+            ),
+            parameters=self.json_schema,
+        )
+
+
 @dataclass(kw_only=True, slots=True)
 class RequestInfo:
-    """Everything about a request that is not a message: the tools, the run, settings."""
+    """Everything about a request that is not a message: the tools, the run, settings,
+    and the answer format (`output`) when the run wants a typed answer."""
 
     tools: list[ToolDefinition] = field(default_factory=list)
+    output: OutputSpec | None = None
     run_id: str | None = None
     step: int = 0
     settings: dict[str, Any] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from statewise.exceptions import MalformedResponseError, MissingDependencyError
 from statewise.models._assemble import StreamAssembler, parse_arguments
@@ -83,6 +83,7 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
         client: openai.AsyncOpenAI | None = None,
         provider: str = "openai",
         stream_usage: bool = True,
+        structured_output: Literal["json_schema", "tool"] = "json_schema",
         **settings: Any,
     ) -> None:
         super().__init__(
@@ -97,6 +98,9 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.provider = provider
         self.stream_usage = stream_usage
+        # How a typed answer is asked for: `response_format` with a JSON Schema (OpenAI,
+        # and servers that support it), or a final-answer tool for servers that do not.
+        self.structured_output = structured_output
 
     def _make_client(self) -> openai.AsyncOpenAI:
         if not self.api_key:
@@ -113,8 +117,19 @@ class OpenAIChat(SdkModel["openai.AsyncOpenAI"]):
         create = self.client.chat.completions.create
         kwargs = self._request_kwargs(create, self._settings(info))
         kwargs.update(model=self.id, messages=map_messages(messages), timeout=self.timeout)
-        if info.tools:
-            kwargs["tools"] = map_tools(info.tools)
+        tools = list(info.tools)
+        if info.output is not None and self.structured_output == "json_schema":
+            schema: dict[str, Any] = {"name": info.output.name, "schema": info.output.json_schema}
+            if info.output.strict:
+                schema["strict"] = True
+            if info.output.description:
+                schema["description"] = info.output.description
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif info.output is not None:
+            tools.append(info.output.final_answer_tool())
+            kwargs["tool_choice"] = "required"
+        if tools:
+            kwargs["tools"] = map_tools(tools)
         return kwargs
 
     async def request(self, messages: list[Message], info: RequestInfo) -> ModelResponse:

@@ -103,6 +103,16 @@ class OpenAIResponses(SdkModel["openai.AsyncOpenAI"]):
             kwargs["instructions"] = instructions
         if info.tools:
             kwargs["tools"] = map_tools(info.tools)
+        if info.output is not None:
+            fmt: dict[str, Any] = {
+                "type": "json_schema",
+                "name": info.output.name,
+                "schema": info.output.json_schema,
+                "strict": info.output.strict,
+            }
+            if info.output.description:
+                fmt["description"] = info.output.description
+            kwargs["text"] = {"format": fmt}
         return kwargs
 
     async def request(self, messages: list[Message], info: RequestInfo) -> ModelResponse:

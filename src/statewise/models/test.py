@@ -21,6 +21,7 @@ from statewise.models.messages import (
     StreamChunk,
     ToolCall,
 )
+from statewise.models.structured import example_for
 
 
 class TestModel(Model):
@@ -31,7 +32,8 @@ class TestModel(Model):
       schema alone does not describe valid input (`{"search": {"query": "cats"}}`).
     - `custom_output_text`: the final answer; by default the tool results as JSON,
       `{"tool_name": result, ...}` (results that are JSON are embedded parsed), or
-      `"success (no tool calls)"` when nothing was called.
+      `"success (no tool calls)"` when nothing was called. A run that wants a typed
+      answer (`output_schema`) gets a small value that fits the schema instead.
 
     The rule is stateless, so one instance serves any number of runs: when the last
     message is a tool result, answer; otherwise call the tools (if there are any).
@@ -55,13 +57,13 @@ class TestModel(Model):
 
     async def request(self, messages: list[Message], info: RequestInfo) -> ModelResponse:
         if messages and messages[-1].role == "tool":
-            response = ModelResponse(content=self._answer(messages))
+            response = ModelResponse(content=self._answer(messages, info))
         else:
             calls = self._tool_calls(messages, info)
             response = (
                 ModelResponse(tool_calls=calls)
                 if calls
-                else ModelResponse(content=self._answer(messages))
+                else ModelResponse(content=self._answer(messages, info))
             )
         response.model_name = self.id
         response.usage = estimate_usage(messages, response)
@@ -90,9 +92,11 @@ class TestModel(Model):
             for index, tool in enumerate(wanted)
         ]
 
-    def _answer(self, messages: list[Message]) -> str:
+    def _answer(self, messages: list[Message], info: RequestInfo) -> str:
         if self.custom_output_text is not None:
             return self.custom_output_text
+        if info.output is not None:  # a typed answer: a small value that fits its schema
+            return json.dumps(example_for(info.output.json_schema), ensure_ascii=False)
         results = _trailing_tool_results(messages)
         if not results:
             return "success (no tool calls)"

@@ -15,6 +15,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
     raise MissingDependencyError("fastapi", "server") from exc
 
+from statewise.server._auth import (
+    Principal,
+    Unauthorized,
+    approvers_with_role,
+    owner_approves,
+)
+from statewise.server._jwt import JWTAuth
 from statewise.server.app import create_app
 
-__all__ = ["create_app"]
+__all__ = [
+    "JWTAuth",
+    "Principal",
+    "Unauthorized",
+    "approvers_with_role",
+    "create_app",
+    "owner_approves",
+]

@@ -3,27 +3,38 @@
 `GET /v1/sessions/{id}/paused-runs` lists a session's paused runs with their pending tool
 calls; `POST /v1/sessions/{id}/runs/{run_id}/continue` answers them (approve, reject with
 a reason the model sees, edit the arguments) and runs on. A paused run is continued once:
-a second continue answers 409. Another user's session answers 404, as if absent.
+a second continue answers 409. `GET /v1/paused-runs` is an approver's inbox: the paused
+runs of every session the caller may approve.
+
+Approving is a permission (`create_app(approve=...)`; default: the session's owner or an
+admin). A session whose runs the caller may not approve answers 404, as if absent.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from statewise.db.base import validate_id
+from statewise.db.records import SessionRecord
 from statewise.run.resume import paused_runs
-from statewise.server._auth import Principal
+from statewise.server._auth import ApprovalRule, Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
 from statewise.server._registry import Registry, Served
-from statewise.server._schema import SESSION, PausedRunList, RunResult, ok, problems
+from statewise.server._schema import (
+    SESSION,
+    PausedRunInbox,
+    PausedRunList,
+    RunResult,
+    ok,
+    problems,
+)
 from statewise.server._serialize import jsonable, output_json
-from statewise.server._sessions import _session
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
@@ -59,6 +70,29 @@ class ContinueBody(BaseModel):
     )
 
 
+async def get_approve_rule(request: Request) -> ApprovalRule:
+    rule: ApprovalRule = request.app.state.statewise_approve
+    return rule
+
+
+Rule = Annotated[ApprovalRule, Depends(get_approve_rule)]
+
+
+def _approvable(
+    registry: Registry, principal: Principal, rule: ApprovalRule, session_id: str
+) -> tuple[SessionRecord, Served]:
+    validate_id(session_id)
+    found = registry.find_session(session_id)
+    if found is None or not rule(principal, found[0]):
+        raise Problem(404, f"no session {session_id!r}", title="Session not found")
+    return found
+
+
+INBOX_SCAN = 1000
+"""`GET /v1/paused-runs` looks through this many of the most recently updated sessions of
+each database: a run paused in a session nobody touched since is found by its session."""
+
+
 def _pausable(served: Served) -> Any:
     if not hasattr(served.obj, "acontinue_run"):
         raise Problem(
@@ -75,10 +109,30 @@ def _pausable(served: Served) -> Any:
     response_model=None,
     responses={**ok(PausedRunList, "The paused runs"), **problems(*SESSION)},
 )
-def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> dict[str, Any]:
-    _record, served = _session(registry, principal, session_id)
+def list_paused_runs(
+    session_id: SessionId, registry: Reg, principal: Who, rule: Rule
+) -> dict[str, Any]:
+    _record, served = _approvable(registry, principal, rule, session_id)
     runs = paused_runs(served.db, session_id)
     return {"session_id": session_id, "runs": jsonable([r.to_dict() for r in runs])}
+
+
+@router.get(
+    "/v1/paused-runs",
+    summary="Every paused run the caller may approve, across sessions",
+    response_model=None,
+    responses={**ok(PausedRunInbox, "The paused runs, oldest first"), **problems(401, 403)},
+)
+def list_approvable_runs(registry: Reg, principal: Who, rule: Rule) -> dict[str, Any]:
+    found: list[Any] = []
+    scanned = 0
+    for db, _served in registry.databases():
+        for record in db.list_sessions(limit=INBOX_SCAN):
+            scanned += 1
+            if rule(principal, record):
+                found.extend(paused_runs(db, record.session_id))
+    found.sort(key=lambda p: p.run.updated_at)
+    return {"runs": jsonable([p.to_dict() for p in found]), "scanned_sessions": scanned}
 
 
 @router.post(
@@ -100,9 +154,14 @@ def list_paused_runs(session_id: SessionId, registry: Reg, principal: Who) -> di
     },
 )
 async def continue_run(
-    session_id: SessionId, run_id: RunId, body: ContinueBody, registry: Reg, principal: Who
+    session_id: SessionId,
+    run_id: RunId,
+    body: ContinueBody,
+    registry: Reg,
+    principal: Who,
+    rule: Rule,
 ) -> JSONResponse:
-    _record, served = await off_loop(_session, registry, principal, session_id)
+    _record, served = await off_loop(_approvable, registry, principal, rule, session_id)
     validate_id(run_id, "run_id")
     obj = _pausable(served)
     approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}

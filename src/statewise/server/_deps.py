@@ -14,7 +14,7 @@ from typing import Annotated
 
 from fastapi import Header, Request
 
-from statewise.server._auth import KeyRing, Principal
+from statewise.server._auth import Authenticator, Principal
 from statewise.server._registry import Registry
 
 
@@ -27,13 +27,13 @@ async def get_principal(
     request: Request,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:
-    keys: KeyRing = request.app.state.statewise_keys
-    return keys.authenticate(authorization)
+    auth: Authenticator = request.app.state.statewise_auth
+    return auth.principal(request)
 
 
 def caller(request: Request) -> tuple[Registry, Principal]:
     """`get_registry` and `get_principal` in one plain call."""
     state = request.app.state
-    keys: KeyRing = state.statewise_keys
+    auth: Authenticator = state.statewise_auth
     registry: Registry = state.statewise_registry
-    return registry, keys.authenticate(request.headers.get("authorization"))
+    return registry, auth.principal(request)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import FastAPI, Header, Request
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from statewise.server._auth import KeyRing
+from statewise.server._auth import Authenticator
 from statewise.server._errors import Problem
 from statewise.server._registry import Registry
 from statewise.server._schema import ProblemDetails, link_state, state_components
@@ -35,7 +35,7 @@ def _assets_dir() -> Path | None:
         return None
 
 
-def build_openapi(app: FastAPI, registry: Registry, keys: KeyRing) -> dict[str, Any]:
+def build_openapi(app: FastAPI, registry: Registry, keys: Authenticator) -> dict[str, Any]:
     """FastAPI's schema, plus the problem document, the typed session state and (with API
     keys) the bearer security scheme."""
     schema: dict[str, Any] = get_openapi(
@@ -147,19 +147,23 @@ __CSS__
 
 
 def _page(title: str, mode: str) -> str:
-    css = f'<link rel="stylesheet" href="{ASSETS_URL}/swagger-ui.css">' if mode == "swagger" else ""
+    # Relative URLs: the page works wherever the app is mounted (a prefix, a proxy).
+    assets = ASSETS_URL.lstrip("/")
+    css = f'<link rel="stylesheet" href="{assets}/swagger-ui.css">' if mode == "swagger" else ""
     js = "swagger-ui-bundle.js" if mode == "swagger" else "redoc.standalone.js"
-    config = json.dumps({"openapi_url": "/openapi.json", "mode": mode})
+    config = json.dumps({"openapi_url": "openapi.json", "mode": mode})
     return (
         _PAGE.replace("__TITLE__", f"{title} - API docs")
         .replace("__CSS__", css)
-        .replace("__ASSETS__", ASSETS_URL)
+        .replace("__ASSETS__", assets)
         .replace("__JS__", js)
         .replace("__CONFIG__", config)
     )
 
 
-def install_docs(app: FastAPI, registry: Registry, keys: KeyRing, *, public_docs: bool) -> None:
+def install_docs(
+    app: FastAPI, registry: Registry, keys: Authenticator, *, public_docs: bool
+) -> None:
     """Serve `/openapi.json`, `/docs` and `/redoc` (create the app with `openapi_url=None,
     docs_url=None, redoc_url=None`)."""
     cached: dict[str, Any] = {}
@@ -176,23 +180,26 @@ def install_docs(app: FastAPI, registry: Registry, keys: KeyRing, *, public_docs
     if assets is not None:
         app.mount(ASSETS_URL, StaticFiles(directory=assets), name="docs-assets")
 
-    def allowed(authorization: str | None) -> bool:
+    def allowed(request: Request) -> bool:
         if not guarded:
             return True
-        keys.authenticate(authorization)  # raises the 401 problem
+        keys.principal(request)  # raises the 401 problem
         return True
 
     @app.get("/openapi.json", include_in_schema=False)
-    def openapi_json(
-        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-    ) -> JSONResponse:
-        allowed(authorization)
-        return JSONResponse(openapi())
+    def openapi_json(request: Request) -> JSONResponse:
+        allowed(request)
+        root = request.scope.get("root_path", "")
+        if not root:
+            return JSONResponse(openapi())
+        # Mounted under a prefix (or behind a proxy that strips one): "Try it out" and
+        # generated clients call the API there.
+        return JSONResponse({**openapi(), "servers": [{"url": root}]})
 
-    def page(mode: str, request: Request, authorization: str | None) -> Response:
+    def page(mode: str, request: Request) -> Response:
         status = 200
         try:
-            allowed(authorization)
+            allowed(request)
         except Problem:
             # A browser cannot send the key when it opens the page: answer 401 with a page
             # that asks for it; anything else gets the problem document.
@@ -212,15 +219,9 @@ def install_docs(app: FastAPI, registry: Registry, keys: KeyRing, *, public_docs
         )
 
     @app.get("/docs", include_in_schema=False)
-    def swagger_ui(
-        request: Request,
-        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-    ) -> Response:
-        return page("swagger", request, authorization)
+    def swagger_ui(request: Request) -> Response:
+        return page("swagger", request)
 
     @app.get("/redoc", include_in_schema=False)
-    def redoc(
-        request: Request,
-        authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-    ) -> Response:
-        return page("redoc", request, authorization)
+    def redoc(request: Request) -> Response:
+        return page("redoc", request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from statewise.agent.sessions import StateRead, aread_session_state, read_sessio
 from statewise.db.base import BaseDb
 from statewise.db.records import SessionRecord
 from statewise.db.store import StateStore
-from statewise.exceptions import ConfigurationError, SessionNotFoundError
+from statewise.exceptions import ConfigurationError, SessionNotFoundError, StatewiseError
+from statewise.server._errors import Problem
 
 KINDS = ("agents", "teams", "workflows")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
@@ -171,3 +173,22 @@ class Registry:
             if served.db is db and served.app_name == record.app_name:
                 return served
         return first
+
+
+READY_TIMEOUT = 5.0
+
+
+async def check_databases(registry: Registry) -> None:
+    """Every served database answers a read within `READY_TIMEOUT` seconds, or a 503
+    problem naming the first that does not (its URL's password masked)."""
+    for db, served in registry.databases():
+        try:
+            await asyncio.wait_for(db.run_io(db.get_session, "readyz-probe"), READY_TIMEOUT)
+        except (StatewiseError, OSError, TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {READY_TIMEOUT:g} s"
+            raise Problem(
+                503,
+                f"the database of {served.kind}/{served.name} is not ready: {reason}",
+                title="Not ready",
+                headers={"Retry-After": "5"},
+            ) from None

@@ -262,6 +262,15 @@ class PausedRunList(BaseModel):
     runs: list[PausedRun]
 
 
+class PausedRunInbox(BaseModel):
+    """Paused runs the caller may approve, across sessions, oldest first."""
+
+    runs: list[PausedRun]
+    scanned_sessions: int = Field(
+        description="How many of the most recently updated sessions were looked through"
+    )
+
+
 class SessionInfo(BaseModel):
     session_id: str
     user_id: str | None

@@ -9,7 +9,6 @@ not JSON fails *at the write*, naming the path, instead of at commit time far aw
 from __future__ import annotations
 
 import datetime as _dt
-import gc
 import math
 import re
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from statewise.exceptions import StateSerializationError
-from statewise.state.gcpause import PAUSE_ITEMS, collector_paused
+from statewise.state.gcpause import PAUSE_ITEMS, collector_paused, pause_wanted
 
 Path = tuple[str | int, ...]
 """A location in state: `("user", "prefs", 2)` is `state['user']['prefs'][2]`."""
@@ -157,7 +156,7 @@ def to_json_value(value: Any, path: Path = ()) -> Any:
         )
     if len(path) > MAX_DEPTH:
         raise _too_deep(path)
-    if (tp is list or tp is dict) and len(value) >= PAUSE_ITEMS and gc.isenabled():
+    if (tp is list or tp is dict) and len(value) >= PAUSE_ITEMS and pause_wanted():
         with collector_paused():
             return to_json_value(value, path)
     if tp is list:  # before the Mapping check, which is slow for a list
@@ -227,7 +226,7 @@ def copy_json(value: Any) -> Any:
     tp = type(value)
     if tp is not dict and tp is not list and not isinstance(value, (dict, list)):
         return value
-    if len(value) >= PAUSE_ITEMS and gc.isenabled():
+    if len(value) >= PAUSE_ITEMS and pause_wanted():
         with collector_paused():
             return copy_json(value)
     if tp is dict:

@@ -137,6 +137,10 @@ class StateSchema:
             except ValidationError as error:
                 raise StateValidationError(key, _reason(error)) from None
 
+    def missing_required(self, state: Mapping[str, Any]) -> list[str]:
+        """The required keys `state` lacks, in declaration order."""
+        return [key for key, f in self._fields.items() if f.required and key not in state]
+
     def validate_all(self, state: Mapping[str, Any]) -> None:
         """Validate the whole state (also runs model-level validators)."""
         self.validate_keys(state, self._fields)

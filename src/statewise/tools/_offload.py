@@ -3,7 +3,7 @@
 Their own threads, not the ones a network database's I/O uses (`run_blocking`): slow
 tools filling those would hold back every run's commits. As many as asyncio's default
 executor has, which tools ran in before; a hop here costs a fraction of `to_thread`'s
-(see `statewise._workers`: 95k fewer instructions per one-tool run, callgrind).
+(see `statewise._workers`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ through the backend's raw connection so the suite can check that decoding fails 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from typing import Literal
 
@@ -115,9 +115,10 @@ def run_conformance(factory: Factory, *, include_store: bool = True) -> int:
 
 
 def all_cases(*, include_store: bool = True) -> list[Callable[[Harness], None]]:
-    from statewise.db.testing import cases, cases_history, store_cases
+    from statewise.db.testing import cases, cases_history, cases_ownership, store_cases
 
-    assert cases_history.CASES is cases.CASES  # registered into the same list
+    # registered into the same list
+    assert cases_history.CASES is cases_ownership.CASES is cases.CASES
 
     found = list(cases.CASES)
     if include_store:
@@ -130,10 +131,6 @@ def _builtins() -> None:
 
     _REGISTRY.setdefault("memory", memory_backend)
     _REGISTRY.setdefault("sqlite", sqlite_backend)
-
-
-def iter_backend_names() -> Iterator[str]:
-    yield from registered_backends()
 
 
 __all__ = [

@@ -33,13 +33,21 @@ function headers(extra) {
   return h;
 }
 
+// The page's own folder: the API lives beside it, wherever the app is mounted (a prefix,
+// a proxy's path). An absolute API path ("/v1/...") is taken relative to it.
+const BASE = new URL(".", location.href);
+
+function apiUrl(path) {
+  return new URL(path.replace(/^\//, ""), BASE).toString();
+}
+
 async function api(path, opts = {}) {
   const init = { method: opts.method || "GET", headers: headers(opts.headers) };
   if (opts.body !== undefined) {
     init.body = JSON.stringify(opts.body);
     init.headers["Content-Type"] = init.headers["Content-Type"] || "application/json";
   }
-  const r = await fetch(path, init);
+  const r = await fetch(apiUrl(path), init);
   if (r.status === 401) showKeyForm();
   if (!r.ok) {
     let problem = {};
@@ -232,7 +240,7 @@ async function sendMessage(text) {
   const body = { input: text };
   if (current.sessionId) body.session_id = current.sessionId;
   try {
-    const r = await fetch(current.app.runs_url, {
+    const r = await fetch(apiUrl(current.app.runs_url), {
       method: "POST",
       headers: headers({ "Content-Type": "application/json", Accept: "text/event-stream" }),
       body: JSON.stringify(body),

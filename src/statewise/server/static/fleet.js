@@ -67,7 +67,10 @@ async function fleetLoop() {
   if (await refreshFleet()) fleetTimer = setTimeout(fleetLoop, FLEET_REFRESH_MS);
 }
 
-fleetUi.status.addEventListener("change", () => { fleetLoop(); });
-// A key entered in the header's form: follow the runs with it.
-document.getElementById("key-form").addEventListener("submit", () => { setTimeout(fleetLoop, 200); });
-fleetLoop();
+// Only a server with a fleet has runs to show (the page is told so): no request otherwise.
+if (document.body.dataset.fleet === "1") {
+  fleetUi.status.addEventListener("change", () => { fleetLoop(); });
+  // A key entered in the header's form: follow the runs with it.
+  document.getElementById("key-form").addEventListener("submit", () => { setTimeout(fleetLoop, 200); });
+  fleetLoop();
+}

@@ -109,7 +109,7 @@ class StateOpError(StateError, TypeError):
 class StateConflictError(StateError):
     """A key declared `strict` was set to different values by concurrent writers."""
 
-    def __init__(self, path: str, theirs: object, ours: object) -> None:
+    def __init__(self, path: str, theirs: object, ours: object, *, key: str | None = None) -> None:
         super().__init__(
             f"conflicting writes to strict state key {path!r}: "
             f"stored value {theirs!r}, this run wrote {ours!r}"
@@ -117,6 +117,11 @@ class StateConflictError(StateError):
         self.path = path
         self.theirs = theirs
         self.ours = ours
+        self.key = key  # the top-level state key the path is under
+
+    def masked(self, marker: str) -> StateConflictError:
+        """The same conflict with both values shown as `marker` (a secret key's)."""
+        return StateConflictError(self.path, marker, marker, key=self.key)
 
 
 class ReservedKeyError(StateError, ValueError):

@@ -36,6 +36,9 @@ class FleetLab:
     url: str
     tmp: Path
     sleep: float = 0.1
+    worker_url: str | None = None  # the workers' --db, when not `url`
+    app: Path = APP  # the file the workers serve
+    extra_env: dict[str, str] = field(default_factory=dict)
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -48,6 +51,7 @@ class FleetLab:
             STATEWISE_FLEET_TEST_DB=self.url,
             STATEWISE_FLEET_TEST_SIDE=str(self.side),
             STATEWISE_FLEET_TEST_SLEEP=str(self.sleep),
+            **self.extra_env,
         )
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -86,9 +90,9 @@ class FleetLab:
                 "-m",
                 "statewise",
                 "worker",
-                f"{APP}",
+                f"{self.app}",
                 "--db",
-                self.url,
+                self.worker_url or self.url,
                 "--executor-id",
                 executor_id,
                 "--drain",

@@ -22,6 +22,7 @@ from statewise.db import SqliteDb
 from statewise.db.testing import Harness
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.server import create_app
+from tests.security._walk import Target, walk
 from tests.server.conftest import start_server, stop_server
 
 SID = "vault-session"
@@ -198,29 +199,11 @@ def test_no_plaintext_secret_anywhere(
                 ).content
             )
             run_id = json.loads(responses[-1])["run_id"]
-            for path in (
-                f"/v1/sessions/{SID}",
-                f"/v1/sessions/{SID}/state",
-                f"/v1/sessions/{SID}/events",
-                f"/v1/sessions/{SID}/history",
-                f"/v1/sessions/{SID}/diff",
-                f"/v1/sessions/{SID}/diff?run={run_id}",
-                f"/v1/sessions/{SID}/export",
-                f"/v1/sessions/{SID}/runs/{run_id}",
-                "/v1/sessions/forked/state",
-                "/v1/sessions/forked/export",
-                "/v1/sessions",
-            ):
-                r = client.get(path)
-                assert r.status_code == 200, (path, r.text)
-                responses.append(r.content)
             r = client.patch(f"/v1/sessions/{SID}/state", json={"api_token": "***", "x": 1})
             assert r.status_code == 200
             responses.append(r.content)
-            r = client.post(f"/v1/sessions/{SID}/rollback", json={"to": v_first})
-            responses.append(r.content)
-            r = client.post(f"/v1/sessions/{SID}/fork", json={"new_session_id": "forked2"})
-            responses.append(r.content)
+            # every route of the OpenAPI schema (AG-UI included), not a hand-kept list
+            responses += walk(client, Target(SID, run_id, "agents", "vault", "forked", v_first))
     finally:
         stop_server(live)
     assert a.get_session_state(SID)["api_token"] == S["first"]  # "***" kept the value

@@ -6,6 +6,7 @@ Run as `python mcp_server.py stdio` (a subprocess over stdin/stdout) or
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TypedDict
 
@@ -45,7 +46,17 @@ def echo(text: str) -> str:
     return text
 
 
+@server.tool()
+def crash() -> str:
+    """Kill this server at once (a crash mid-call)."""
+    os._exit(3)
+
+
+DOWN = os.environ.get("MCP_TEST_DOWN_FILE")  # while this file exists, the server won't start
+
 if __name__ == "__main__":
+    if DOWN and os.path.exists(DOWN):
+        sys.exit("the server is down")
     if sys.argv[1:2] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -20,6 +20,7 @@ from statewise.exceptions import ConfigurationError, RunError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.run.events import ToolCallCompleted
 from statewise.tools import normalize_tools
+from statewise.tools.mcp import MCPToolError
 
 try:
     import mcp  # noqa: F401
@@ -96,7 +97,7 @@ def calls_then_answer(*calls: ToolCall) -> FunctionModel:
 async def test_tools_are_listed_with_their_schemas(tools: MCPTools) -> None:
     functions = await tools.functions()
     by_name = {f.name: f for f in functions}
-    assert set(by_name) == {"add", "forecast", "explode", "echo"}
+    assert set(by_name) == {"add", "forecast", "explode", "echo", "crash"}
     add = by_name["add"].definition()
     assert add.description == "Add two integers."
     assert add.parameters["properties"] == {
@@ -248,3 +249,36 @@ async def test_concurrent_first_runs_list_once(http_url: str) -> None:
     async with MCPTools(url=http_url) as source:
         lists = await asyncio.gather(*(source.functions() for _ in range(5)))
     assert len({tuple(id(f) for f in functions) for functions in lists}) == 1
+
+
+async def test_after_a_crash_the_next_call_reconnects(tmp_path: Path) -> None:
+    down = tmp_path / "down"
+    source = MCPTools(command=STDIO, env={"MCP_TEST_DOWN_FILE": str(down)}, timeout=10)
+    async with source:
+        functions = {f.name: f for f in await source.functions()}
+        assert await source.call("add", {"a": 1, "b": 2}) == {"result": 3}
+        with pytest.raises(MCPToolError, match="failed the call"):
+            await functions["crash"].function()
+        # That call's error only: the next call starts the server again.
+        for n in range(3):
+            assert await source.call("add", {"a": n, "b": 1}) == {"result": n + 1}
+        # A server that stays down: a clear error after a bounded number of attempts.
+        down.write_text("")
+        with pytest.raises(MCPToolError, match="failed the call"):
+            await source.call("crash", {})
+        started = time.monotonic()
+        with pytest.raises(RunError, match=r"cannot reconnect to MCP server .* 3 attempts"):
+            await source.call("add", {"a": 1, "b": 1})
+        assert time.monotonic() - started < 30
+        down.unlink()
+        assert await source.call("add", {"a": 2, "b": 2}) == {"result": 4}
+
+
+async def test_a_run_after_a_crash_reaches_the_tool_again() -> None:
+    model = calls_then_answer(ToolCall("crash", {}, "c1"))
+    again = calls_then_answer(ToolCall("add", {"a": 5, "b": 5}, "c1"))
+    source = MCPTools(command=STDIO)
+    async with source:
+        crashed = await Agent(model=model, tools=[source]).arun("go")
+        assert "Error" in str(crashed.content)
+        assert (await Agent(model=again, tools=[source]).arun("go")).content == '{"result":10}'

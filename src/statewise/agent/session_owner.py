@@ -119,6 +119,7 @@ class SessionOwner(TimeTravel):
             user_id=user_id if user_id is not None else self.user_id,
             app_name=self.app_name,
             kind=self._kind,
+            owner_required=user_id is not None,  # named for this call: that user's only
         )
 
     @property

@@ -36,9 +36,8 @@ from statewise.exceptions import (
 )
 from statewise.state.jsonvalue import copy_json, to_json_value
 from statewise.state.reserved import check_writable, is_reserved
+from statewise.state.secrets import REDACTED
 from statewise.state.tracked import TrackedDict, to_plain
-
-REDACTED = "***"
 
 
 class _HasStore(Protocol):
@@ -176,7 +175,7 @@ def _versioned_write(
     spec = owner._spec(session_id, None)
     with store.begin(spec, mode="existing", expected_version=if_version) as txn:
         base = txn.version
-        change(txn.state, store.secret_keys)
+        change(txn.state, store.secret_keys_in(txn.state))  # the data's secrets
         if txn.has_changes:
             txn.commit(
                 [NewEvent(type="api_call", data={"call": source, "base_version": base})],

@@ -30,7 +30,9 @@ FleetDbOption = Annotated[
         "--db",
         envvar="STATEWISE_FLEET_URL",
         help="The fleet's PostgreSQL URL (postgresql://...), where DBOS keeps queues and "
-        "runs (default: $STATEWISE_FLEET_URL).",
+        "runs (default: $STATEWISE_FLEET_URL). With statewise's own options "
+        "(postgresql://...?schema=x) a worker also keeps sessions there, unless "
+        "--sessions-db says otherwise.",
         show_default=False,
     ),
 ]
@@ -66,6 +68,14 @@ def _fleet(url: str) -> Any:
     from statewise.fleet import Fleet
 
     return Fleet(url)
+
+
+def _sessions_in_fleet_db(url: str) -> str | None:
+    """The fleet URL as the sessions' database when it carries statewise's own storage
+    options (`?schema=`): the URL form the docs give for PostgreSQL storage means it."""
+    from statewise.db.url import split_options
+
+    return url if split_options(url)[1] else None
 
 
 def _targets(target: str, sessions_db: str | None) -> list[Any]:
@@ -169,7 +179,7 @@ def worker(
     with _clear_errors():
         from statewise.fleet import Worker
 
-        objects = _targets(target, sessions_db)
+        objects = _targets(target, sessions_db or _sessions_in_fleet_db(db))
         runner = Worker(
             db,
             objects,

@@ -11,7 +11,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from statewise.db import _codec
+from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
 from statewise.db.base import BaseDb, ProbedTails
@@ -64,11 +64,11 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
         run.run_id if run else None,
         run.status if run else None,
         run.agent_name if run else None,
-        run.input if run else None,
-        run.content if run else None,
+        _pg_text.encode(run.input) if run else None,
+        _pg_text.encode(run.content) if run else None,
         _codec.dumps(run.messages) if run else None,
         _codec.dumps(run.metrics) if run else None,
-        run.error if run else None,
+        _pg_text.encode(run.error) if run else None,
         (run.created_at or None) if run else None,
     )
     return Q.commit_call(s), params
@@ -341,11 +341,11 @@ def import_in(
                         r.run_id,
                         r.status,
                         r.agent_name,
-                        r.input,
-                        r.content,
+                        _pg_text.encode(r.input),
+                        _pg_text.encode(r.content),
                         _codec.dumps(r.messages),
                         _codec.dumps(r.metrics),
-                        r.error,
+                        _pg_text.encode(r.error),
                         r.created_at,
                         r.updated_at,
                     )

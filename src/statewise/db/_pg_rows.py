@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from statewise.db import _codec
+from statewise.db import _codec, _pg_text
 from statewise.db.records import RunRecord, SessionRecord
 from statewise.exceptions import CorruptRecordError
 
@@ -43,11 +43,11 @@ def run_from_row(session_id: str, row: Sequence[Any]) -> RunRecord:
         run_id=row[0],
         status=row[1],
         agent_name=row[2],
-        input=row[3],
-        content=row[4],
+        input=_pg_text.decode(row[3]),
+        content=_pg_text.decode(row[4]),
         messages=messages,
         metrics=metrics,
-        error=row[7],
+        error=_pg_text.decode(row[7]),
         created_at=row[8],
         updated_at=row[9],
     )

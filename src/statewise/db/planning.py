@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from statewise.db.records import DeltaRecord, ScopeKey, SessionRecord
-from statewise.exceptions import SessionDeletedError, SessionExistsError
+from statewise.exceptions import SessionDeletedError, SessionExistsError, StateConflictError
 from statewise.state.merge import Rules, rebase
 from statewise.state.ops import Op
+from statewise.state.secrets import REDACTED
 
 USER_PREFIX = "user:"
 APP_PREFIX = "app:"
@@ -52,12 +53,19 @@ def scope_of(key: str) -> tuple[str, str]:
 
 @dataclass(kw_only=True, slots=True)
 class SessionSpec:
-    """Who a run is for: the session, its user and its app."""
+    """Who a run is for: the session, its user and its app.
+
+    `owner_required`: the session may only be opened if it is `user_id`'s (or new). A
+    caller that names the user it runs for (a server acting for a principal) sets it; it
+    is checked each time the transaction reads the session record (at checkout, and again
+    after a lost race), so no timing lets a run write into another user's session. Without
+    it an existing session is opened as its owner's (library code is trusted)."""
 
     session_id: str
     user_id: str | None = None
     app_name: str = "default"
     kind: str = "agent"
+    owner_required: bool = False
 
     def scope_keys(self) -> tuple[ScopeKey, ScopeKey, ScopeKey]:
         return _scope_keys(self.session_id, self.user_id or ANONYMOUS_USER, self.app_name)
@@ -95,13 +103,21 @@ def rebase_scope(
     theirs: Sequence[Op],
     pending: PendingCommit,
     rules: Rules,
+    secrets: frozenset[str] = frozenset(),
 ) -> list[Op] | None:
     """Rebase our pending ops of one scope onto `latest` (in place). Conflicts are added
-    to `pending.conflicts`; returns the rebased ops, or None when we had none there."""
+    to `pending.conflicts`; returns the rebased ops, or None when we had none there. A
+    `strict` conflict on one of `secrets` raises without the values (its text goes
+    wherever errors go: responses, run records, logs, spans)."""
     mine = ops_of_scope(pending.segments, kind)
     if not mine:
         return None
-    result = rebase(latest, theirs, mine, rules)
+    try:
+        result = rebase(latest, theirs, mine, rules)
+    except StateConflictError as exc:
+        if exc.key in secrets:
+            raise exc.masked(REDACTED) from None
+        raise
     for conflict in result.conflicts:
         pending.conflicts.append({"scope": kind, **conflict.to_json()})
     return list(result.ops)
@@ -155,7 +171,12 @@ def resplit(
 
 def owned_spec(spec: SessionSpec, record: SessionRecord) -> SessionSpec:
     """`spec` as the stored session has it: an existing session's owner, app and kind
-    are its own, whoever reads it. `spec` itself when they already agree."""
+    are its own, whoever reads it. `spec` itself when they already agree.
+    `SessionExistsError` when `spec` requires its owner and the session is another's."""
+    if spec.owner_required and (record.user_id or None) != (spec.user_id or None):
+        raise SessionExistsError(
+            f"session {spec.session_id!r} belongs to another user; nothing was written to it"
+        )
     user_id = record.user_id or spec.user_id
     app_name = record.app_name or spec.app_name
     if user_id == spec.user_id and app_name == spec.app_name and record.kind == spec.kind:

@@ -9,22 +9,25 @@ keys, a tenant's own codec) hooks in here and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from statewise.db.planning import SCOPE_PREFIX, scope_of
-from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
+from statewise.db.records import DeltaRecord, DeltaSegment, NewEvent, RunRecord, ScopeKey
 from statewise.exceptions import SecretsError
 from statewise.state.ops import Op
 from statewise.state.secrets import (
+    REDACTED,
     Cipher,
     is_encrypted,
+    mask_json,
+    mask_text,
     redact_conflict,
     registered_secrets,
+    secret_values,
 )
 from statewise.state.tracked import shared_plain, to_plain
-
-REDACTED = "***"
 
 
 class StateCodec:
@@ -49,6 +52,34 @@ class StateCodec:
         """Which keys of a merged state are secret: declared, or recorded in the data
         (the app scope's `__secrets__` registry), so every agent on a database agrees."""
         return self.secret_keys | registered_secrets(state)
+
+    def secret_values_in(self, state: Mapping[str, Any]) -> tuple[str, ...]:
+        """The secret values of a merged state, as texts to mask wherever they appear."""
+        secrets = self.secrets_in(state)
+        return secret_values(state, secrets) if secrets else ()
+
+    def mask_commit(
+        self, state: Mapping[str, Any], events: Sequence[NewEvent], run: RunRecord | None
+    ) -> tuple[Sequence[NewEvent], RunRecord | None]:
+        """`events` and `run` as stored: every secret value of `state` (the state this
+        commit leaves) masked by value in them, like CI systems mask secrets in logs.
+        What earlier commits stored stays as it was (the log is append-only)."""
+        values = self.secret_values_in(state)
+        if not values:
+            return events, run
+        masked_events = [
+            e if (data := mask_json(e.data, values)) is e.data else replace(e, data=data)
+            for e in events
+        ]
+        if run is not None:
+            run = replace(
+                run,
+                input=mask_text(run.input, values) if run.input else run.input,
+                content=mask_text(run.content, values) if run.content else run.content,
+                error=mask_text(run.error, values) if run.error else run.error,
+                messages=mask_json(run.messages, values),
+            )
+        return masked_events, run
 
     # ---- storage -> state ----------------------------------------------------------------
 

@@ -696,7 +696,14 @@ class StateStore:
         step: int | None,
     ) -> tuple[Commit, list[dict[str, Any]]]:
         """The commit of `segments` (and the conflicts a rebase resolved) with `events`,
-        and the state changes it makes (secrets redacted) for whoever reports them."""
+        and the state changes it makes (secrets redacted) for whoever reports them.
+
+        Secret values are masked by value here, in every event and in the run record,
+        from the commit that makes them secret on (`mask_commit`): a value the model
+        passed as a tool argument and a tool stored under a secret key leaves the engine
+        as the marker in the same step's messages, tool arguments and results, and in
+        later messages that echo it."""
+        events, run = self.codec.mask_commit(ws.root, events, run)
         spec = ws.spec
         record = ws.record
         session = record or SessionRecord(
@@ -876,7 +883,8 @@ class StateStore:
                 key, self.db.read_deltas(key, after_version=ws.versions.get(key, 0))
             )
             latest = self.codec.decode_scope(key, loaded[key].data)
-            ops = rebase_scope(key.kind, latest, theirs, pending, self.rules)
+            secrets = self.codec.secrets_in(ws.root) | self.codec.secrets_in(latest)
+            ops = rebase_scope(key.kind, latest, theirs, pending, self.rules, secrets)
             if ops is not None:
                 rebased[key.kind] = ops
             ws.versions[key] = loaded[key].version
@@ -942,8 +950,9 @@ class StateStore:
         """Our pending ops again, on a tree that has the other writers' ops: rebased in
         the scopes they moved (the rebased ops, by scope), as they were everywhere else."""
         rebased: dict[str, list[Op]] = {}
+        secrets = self.codec.secrets_in(root)
         for kind, their_ops in theirs.items():
-            ops = rebase_scope(kind, root, their_ops, pending, self.rules)
+            ops = rebase_scope(kind, root, their_ops, pending, self.rules, secrets)
             if ops is not None:
                 rebased[kind] = ops
         apply_ops(

@@ -32,7 +32,7 @@ def db_from_url(url: str) -> BaseDb:
     if scheme == "sqlite":
         from statewise.db.sqlite import SqliteDb
 
-        path, options = _split_options(rest[1:] if rest.startswith("/") else rest, {"table_prefix"})
+        path, options = split_options(rest[1:] if rest.startswith("/") else rest, {"table_prefix"})
         return SqliteDb(
             db_file=path or ":memory:", table_prefix=options.get("table_prefix", "statewise_")
         )
@@ -49,7 +49,7 @@ def db_from_url(url: str) -> BaseDb:
     if scheme in backends:
         module, cls, arg = backends[scheme]
         factory: Any = getattr(import_module(module), cls)
-        url, options = _split_options(url, {"schema", "prefix"})
+        url, options = split_options(url, {"schema", "prefix"})
         db: BaseDb = factory(**{arg: url}, **options)
         return db
     raise ConfigurationError(
@@ -58,7 +58,13 @@ def db_from_url(url: str) -> BaseDb:
     )
 
 
-def _split_options(url: str, names: set[str]) -> tuple[str, dict[str, str]]:
+OWN_OPTIONS = frozenset({"schema", "prefix", "table_prefix"})
+"""statewise's own query parameters in a database URL (no driver knows them)."""
+
+
+def split_options(
+    url: str, names: set[str] | frozenset[str] = OWN_OPTIONS
+) -> tuple[str, dict[str, str]]:
     """Take statewise's own query parameters (`?schema=` for PostgreSQL, `?prefix=` for
     Redis, `?table_prefix=` for SQLite) out of a URL, leaving the driver's own parameters
     in place."""

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-from statewise.db.url import mask_password
+from statewise.db.url import mask_password, split_options
 from statewise.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -23,12 +23,15 @@ def require_dbos() -> ModuleType:
 
 
 def check_url(url: str) -> str:
-    """A fleet lives in PostgreSQL: DBOS keeps its queues and run records there."""
+    """A fleet lives in PostgreSQL: DBOS keeps its queues and run records there. The URL
+    DBOS gets is without statewise's own options (`?schema=` of session storage, ...):
+    its driver would refuse them as unknown connection options."""
     if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
         raise ConfigurationError(
-            f"a fleet needs a PostgreSQL URL (postgresql://user@host:port/database), got {url!r}"
+            f"a fleet needs a PostgreSQL URL (postgresql://user@host:port/database), got "
+            f"{mask_password(url) if isinstance(url, str) else url!r}"
         )
-    return url
+    return split_options(url)[0]
 
 
 @contextmanager

@@ -111,10 +111,10 @@ class Fleet:
         self.app_version = app_version
         self.schema = schema
         dbos = require_dbos()
-        with reaching(url):
-            dbos.DBOS.migrate(url, schema=schema)  # creates DBOS's tables once; cheap after
+        with reaching(self.url):
+            dbos.DBOS.migrate(self.url, schema=schema)  # creates DBOS's tables; cheap after
             self._client = dbos.DBOSClient(
-                system_database_url=url,
+                system_database_url=self.url,
                 dbos_system_schema=schema,
                 application_name=app_name,
                 serializer=dbos.DBOSPortableJSONSerializer(),

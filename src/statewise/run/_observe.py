@@ -24,9 +24,11 @@ import logging
 import os
 import sys
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from statewise.state.secrets import mask_text
 
 logger = logging.getLogger("statewise")
 
@@ -81,18 +83,23 @@ def _short(value: Any, limit: int = 2000) -> str:
 
 # ---- who is the parent of what ---------------------------------------------------------
 
+Masker = Callable[[], tuple[str, ...]]
+
 
 class _Node:
     """Where a run (or a step, a tool call) records: its span and whether it logs.
     `quiet` (neither traced nor logged: nothing below it records anything) is decided
     once here, not at each of the lookups every step, call and commit make."""
 
-    __slots__ = ("debug", "name", "quiet", "span")
+    __slots__ = ("debug", "mask", "name", "quiet", "span")
 
-    def __init__(self, span: Any, debug: bool, name: str | None = None) -> None:
+    def __init__(
+        self, span: Any, debug: bool, name: str | None = None, mask: Masker | None = None
+    ) -> None:
         self.span = span
         self.debug = debug
         self.name = name
+        self.mask = mask  # the run's secret values now (a run context's `secret_values`)
         self.quiet = span is None and not debug
 
 
@@ -111,6 +118,7 @@ class Token:
     keys: tuple[Any, ...]
     previous: tuple[_Node | None, ...]
     name: str | None = None
+    mask: Masker | None = None
 
 
 def _node(key: Any) -> _Node | None:
@@ -144,6 +152,7 @@ def _start(
     debug: bool | None = None,
     attributes: Mapping[str, Any] | None = None,
     agent_name: str | None = None,
+    mask: Masker | None = None,
 ) -> Token:
     parent_node = _node(parent)
     if parent_node is not None and parent_node.quiet and not debug and agent_name is None:
@@ -173,12 +182,16 @@ def _start(
         ensure_logging()
     if agent_name is None and parent_node is not None:
         agent_name = parent_node.name
-    return _register(span, on, agent_name, keys)
+    if mask is None and parent_node is not None:
+        mask = parent_node.mask
+    return _register(span, on, agent_name, keys, mask)
 
 
-def _register(span: Any, debug: bool, name: str | None, keys: Sequence[Any]) -> Token:
+def _register(
+    span: Any, debug: bool, name: str | None, keys: Sequence[Any], mask: Masker | None = None
+) -> Token:
     """Make `keys` (a run's context and scope) the parents of what happens under them."""
-    node = _Node(span, debug, name)
+    node = _Node(span, debug, name, mask)
     live = []
     previous = []
     for key in keys:
@@ -186,7 +199,9 @@ def _register(span: Any, debug: bool, name: str | None, keys: Sequence[Any]) -> 
             live.append(key)
             previous.append(getattr(key, _NODE_ATTR, None))
             setattr(key, _NODE_ATTR, node)
-    return Token(span=span, debug=debug, keys=tuple(live), previous=tuple(previous), name=name)
+    return Token(
+        span=span, debug=debug, keys=tuple(live), previous=tuple(previous), name=name, mask=mask
+    )
 
 
 def _untraced() -> bool:
@@ -204,15 +219,27 @@ def finish(token: Token, error: BaseException | None = None) -> None:
     if span is None:
         return
     if error is not None and not isinstance(error, GeneratorExit):
-        span.record_exception(error)
-        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        text = _masked(token, str(error))
+        span.record_exception(error, attributes={"exception.message": text})
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {text}"))
     span.end()
 
 
 def _log(token: Token | None, debug: bool, message: str, *args: Any) -> None:
+    """One debug line; the run's secret values (as its state has them now) are masked in
+    it, whatever carried them there (a prompt that shows secrets to the model, a tool's
+    arguments or result, an error)."""
     if debug:
         who = f"[{token.name}] " if token is not None and token.name else ""
-        logger.debug(who + message, *args)
+        text = (who + message) % args if args else who + message
+        values = token.mask() if token is not None and token.mask is not None else ()
+        logger.debug("%s", mask_text(text, values) if values else text)
+
+
+def _masked(token: Token, text: str) -> str:
+    """`text` for a span (attributes, status): the run's secret values masked."""
+    values = token.mask() if token.mask is not None else ()
+    return mask_text(text, values) if values else text
 
 
 # ---- runs and steps --------------------------------------------------------------------
@@ -244,6 +271,7 @@ def run_started(
         (ctx, scope),
         debug=debug,
         agent_name=name or kind,
+        mask=getattr(ctx, "secret_values", None),
         attributes={
             "gen_ai.operation.name": operation,
             "gen_ai.agent.name": name,
@@ -389,7 +417,7 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
         return
     if token.span is not None and is_error:
         token.span.set_attribute("error.type", "tool_error")
-        token.span.set_status(Status(StatusCode.ERROR, result[:200]))
+        token.span.set_status(Status(StatusCode.ERROR, _masked(token, result)[:200]))
     if token.debug:
         _log(token, True, "tool result%s: %s", " (error)" if is_error else "", _short(result, 1000))
     finish(token)

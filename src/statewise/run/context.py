@@ -53,6 +53,13 @@ class RunContext:
         for key, item in new.items():
             root[key] = item
 
+    def secret_values(self) -> tuple[str, ...]:
+        """The session's secret values now, as texts to mask in what the run logs and
+        traces (empty when the context has no session or nothing is secret)."""
+        if self._working is None or self._store is None:
+            return ()
+        return self._store.codec.secret_values_in(self._working.root)
+
     @property
     def state(self) -> TrackedDict:
         return self.session_state

@@ -26,7 +26,7 @@ from statewise.run import _observe
 from statewise.run.callbacks import first_result
 from statewise.run.checkpoints import CommitPoints, commit_point
 from statewise.run.context import RunContext
-from statewise.run.emit import Emit
+from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, StateChanged
 from statewise.run.lifecycle import RunLifecycle
 from statewise.run.loop import StepsResult, run_steps
@@ -131,6 +131,7 @@ async def drive_run(
         run_timeout=request.run_timeout,
     ) as life:
         ctx, scope, working = life.ctx, life.scope, life.txn.working
+        emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
         if emit is not None:
             await emit(RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name))

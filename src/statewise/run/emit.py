@@ -17,10 +17,12 @@ during that cleanup go nowhere.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 from statewise.run.events import RunEvent
+from statewise.state.secrets import mask_json
 
 Emit = Callable[[RunEvent], Awaitable[None]]
 """Where a run sends its events; `await emit(event)`."""
@@ -49,6 +51,36 @@ class _Pass:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return (yield self.item)
+
+
+def masking(emit: Emit | None, secret_values: Callable[[], tuple[str, ...]]) -> Emit | None:
+    """`emit` with the session's secret values (as its state has them at each event)
+    masked by value in every event's text and arguments: a value that became secret is
+    the marker in whatever the run emits from then on (a model echoing it, a tool call
+    carrying it). The run's output object, for library callers, is left as it is."""
+    if emit is None:
+        return None
+    send = emit
+
+    async def masked(event: RunEvent) -> None:
+        values = secret_values()
+        await send(masked_event(event, values) if values else event)
+
+    return masked
+
+
+def masked_event(event: RunEvent, values: tuple[str, ...]) -> RunEvent:
+    """`event` with `values` masked by value in its text and arguments (see `masking`)."""
+    if not dataclasses.is_dataclass(event) or getattr(event, "output", None) is not None:
+        return event
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, str | dict | list):
+            masked = mask_json(value, values)
+            if masked is not value:
+                changes[f.name] = masked
+    return dataclasses.replace(event, **changes) if changes else event
 
 
 def _emit(event: RunEvent) -> _Emitted:

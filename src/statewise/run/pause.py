@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from statewise.exceptions import InvalidApprovalError
+from statewise.exceptions import InvalidApprovalError, StateSerializationError
+from statewise.state.jsonvalue import to_json_value
 
 __all__ = [
     "Approval",
@@ -140,6 +141,8 @@ def as_approval(value: Any, call_id: str = "?") -> Approval:
             raise InvalidApprovalError(f"approval for {call_id!r}: reason must be a string")
         if arguments is not None and not isinstance(arguments, Mapping):
             raise InvalidApprovalError(f"approval for {call_id!r}: arguments must be a JSON object")
+        if arguments is not None:
+            arguments = _json_arguments(arguments, call_id)
         if result is not None and not isinstance(result, str):
             result = str(result)
         return Approval(
@@ -153,6 +156,20 @@ def as_approval(value: Any, call_id: str = "?") -> Approval:
         f'"approve"/"reject", an Approval, or {{"approved": ..., "reason": ..., '
         f'"arguments": ...}}; got {type(value).__name__}'
     )
+
+
+def _json_arguments(arguments: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+    """Edited arguments as plain JSON, or the reason they are not: NaN, infinities and lone
+    surrogates parse from hostile JSON text but are nothing a tool, the event log or any
+    backend can take, so they are refused before anything is claimed or written."""
+    try:
+        plain: dict[str, Any] = to_json_value(dict(arguments))
+    except StateSerializationError as exc:
+        where = str(exc).removeprefix("state")
+        raise InvalidApprovalError(
+            f"approval for tool call {call_id!r}: arguments{where}"
+        ) from None
+    return plain
 
 
 def check_answers(
@@ -174,6 +191,11 @@ def check_answers(
         )
     for call in pending:
         answer = answers[call.tool_call_id]
+        if call.kind == "approval" and answer.result is not None:
+            raise InvalidApprovalError(
+                f"tool call {call.tool_call_id!r} ({call.tool_name}) waits for approval: "
+                "approve, reject or edit its arguments; a result only answers a client-side tool"
+            )
         if call.kind == "client" and answer.approved and answer.result is None:
             raise InvalidApprovalError(
                 f"tool call {call.tool_call_id!r} ({call.tool_name}) runs in the client: "

@@ -33,7 +33,7 @@ from statewise.exceptions import RunNotFoundError, RunNotPausedError, VersionCon
 from statewise.models.messages import Message, ToolCall
 from statewise.run.deadline import bounded
 from statewise.run.driver import agent_lifecycle, end_run, history_messages
-from statewise.run.emit import Emit
+from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, ToolCallCompleted
 from statewise.run.lease import RunLease
 from statewise.run.loop import StepsResult, run_steps
@@ -295,6 +295,7 @@ async def _continue_claimed(
         run_timeout=request.run_timeout,
     ) as life:
         ctx, scope = life.ctx, life.scope
+        emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
         if emit is not None:
             await emit(
                 RunStarted(run_id=record.run_id, session_id=spec.session_id, agent_name=rt.name)

@@ -44,6 +44,7 @@ from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
+from statewise.server._serialize import output_content
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["ag-ui"])
@@ -108,6 +109,7 @@ def _session_spec(served: Served, session_id: str, user_id: str | None) -> Sessi
         user_id=user_id,
         app_name=served.app_name or "default",
         kind=served.kind[:-1],
+        owner_required=True,  # a session someone else creates meanwhile is never opened
     )
 
 
@@ -153,6 +155,7 @@ async def agui_run(
             user_id=record.user_id,
             app_name=record.app_name or served.app_name or "default",
             kind=record.kind,
+            owner_required=True,
         )
     else:
         spec = _session_spec(served, session_id, user_id)
@@ -295,10 +298,13 @@ class AguiStream:
         if before is None:
             before = await off_loop(self._count_history, output.run_id)
         await off_loop(self.sync.record_sync, output.run_id, before + len(output.messages))
+        result = None
+        if output.status == "completed":
+            result = await off_loop(output_content, output)  # (may read the stored state)
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
-            result=output.content if output.status == "completed" else None,
+            result=result,
             outcome=outcome_of(output.pending_tool_calls),
             metadata={
                 "statewise": {
@@ -466,19 +472,37 @@ def _resume_answer(entry: Any) -> Any:
     return payload
 
 
+def _trailing_tool_messages(body: RunAgentInput) -> list[Any]:
+    """The tool messages that end the request: a frontend's results of client-side tools."""
+    out: list[Any] = []
+    for message in reversed(body.messages):
+        if message.role != "tool":
+            break
+        out.append(message)
+    return out
+
+
 def plan_resume(served: Served, session_id: str, body: RunAgentInput) -> ResumePlan:
     """Which paused run this request continues, and its answers: resume entries answer
     interrupts (approvals), trailing tool messages answer client-side tool calls."""
     answers: dict[str, Any] = {}
     for entry in body.resume or []:
         answers[entry.interrupt_id] = _resume_answer(entry)
-    for message in reversed(body.messages):
-        if message.role != "tool":
-            break
-        answers[message.tool_call_id] = {"result": _text(message.content)}
+    for message in _trailing_tool_messages(body):
+        answers.setdefault(message.tool_call_id, {"result": _text(message.content)})
+    told = {m.tool_call_id for m in _trailing_tool_messages(body)}
     waiting = paused_runs(served.db, session_id)
     for paused in waiting:
         ids = {p.tool_call_id for p in paused.pending}
+        approvals = sorted(p.tool_call_id for p in paused.pending if p.kind == "approval")
+        misused = [i for i in approvals if i in told]
+        if misused:
+            raise Problem(
+                422,
+                f"tool call {', '.join(map(repr, misused))} waits for approval: answer it with "
+                "a resume entry (interruptId); a tool message only answers a client-side tool",
+                title="Invalid request",
+            )
         if ids & set(answers):
             client = frozenset(p.tool_call_id for p in paused.pending if p.kind == "client")
             mine = {k: v for k, v in answers.items() if k in ids}

@@ -27,14 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewise.db.records import NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import SessionSpec, scope_of
+from statewise.db.store import SessionSpec, owned_spec, scope_of
 from statewise.server._auth import Principal
 from statewise.server._errors import Problem
 from statewise.server._registry import Served
 from statewise.state.edits import fill_missing, replay_edits
-from statewise.state.jsonpatch import REDACTED, PatchMirror
+from statewise.state.jsonpatch import PatchMirror
 from statewise.state.ops import Op
 from statewise.state.reserved import is_reserved
+from statewise.state.secrets import REDACTED
 from statewise.state.tracked import to_plain
 
 SYNC_EVENT = "agui_synced"
@@ -104,8 +105,9 @@ class StateSync:
         # Opened at the versions the frontend saw: its edits rebase like any writer's
         # (versions the session never had are an InvalidInputError, a 422).
         with self.store.begin(self.spec, mode="existing", at_versions=synced) as txn:
+            secrets = self.store.secret_keys_in(txn.state)  # the data's, not the served app's
             base_view = {
-                key: REDACTED if key in self.served.secret_keys else to_plain(value)
+                key: REDACTED if key in secrets else to_plain(value)
                 for key, value in txn.state.items()
                 if not hidden(key)
             }
@@ -116,9 +118,7 @@ class StateSync:
                     txn.state,
                     base_view,
                     state,
-                    unchanged=lambda key, value: (
-                        key in self.served.secret_keys and value == REDACTED
-                    ),
+                    unchanged=lambda key, value: key in secrets and value == REDACTED,
                 )
             if not txn.has_changes:
                 return []
@@ -156,9 +156,12 @@ class StateSync:
 
     def snapshot(self) -> dict[str, Any]:
         """The state now (secrets redacted); deltas are relative to it from here on."""
-        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        record, versions = self.db.probe(self.spec.session_id, self.keys)
+        self._check_owner(record)
         state = self.store.state_at(self.spec, versions)
-        self.mirror = PatchMirror(state, secret_keys=self.served.secret_keys, hidden=hidden)
+        # The session's own app's secrets (its record's app), whoever serves it.
+        secrets = self.store.app_secret_keys(self.spec.app_name) | self.store.secret_keys_in(state)
+        self.mirror = PatchMirror(state, secret_keys=secrets, hidden=hidden)
         self.sent = dict(versions)
         return self.mirror.snapshot()
 
@@ -166,7 +169,8 @@ class StateSync:
         """The JSON Patch from the versions last sent to the latest ones, made from the
         stored ops; a snapshot (a dict) if the ops do not fit the frontend's copy."""
         assert self.mirror is not None
-        _record, versions = self.db.probe(self.spec.session_id, self.keys)
+        record, versions = self.db.probe(self.spec.session_id, self.keys)
+        self._check_owner(record)
         ops: list[Op] = []
         for key in self.keys:
             if versions[key] == self.sent.get(key, 0):
@@ -192,6 +196,12 @@ class StateSync:
             return self.mirror.apply(ops)
         except Exception:
             return self.snapshot()
+
+    def _check_owner(self, record: SessionRecord | None) -> None:
+        """A session read for this thread is its user's: one another user created since
+        the route looked is never shown (`owned_spec` raises for it)."""
+        if record is not None:
+            owned_spec(self.spec, record)
 
     def record_sync(self, run_id: str, messages: int) -> None:
         """Remember the versions this thread's frontend now has (see the module doc): an

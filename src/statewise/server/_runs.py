@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request
@@ -139,6 +141,40 @@ def _own_session(
     return user_id
 
 
+CLIENT_GONE = 499  # "client closed request": never read by anyone, a log's status
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
+    """`work`'s result, or cancel it when the client disconnects first (as a streamed
+    response does): nobody is left to read the answer, so nothing should go on running
+    on its behalf. The run's lifecycle records the cancellation and its reason; raises
+    `ClientGone` then."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel("the client disconnected before the run finished")
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    if task.cancelled():
+        raise ClientGone(f"client left {request.url.path}")
+    return task.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client disconnects (the body is read by then, so the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
     secrets = await off_loop(lambda: served.secret_keys)  # a database read
     return StreamingResponse(
@@ -158,6 +194,7 @@ async def _event_stream(served: Served, events: AsyncIterator[Any]) -> Streaming
     responses={
         **ok(RunResult, "The finished run", headers=["Location"]),
         **RUN_ERRORS,
+        **problems(CLIENT_GONE),
     },
 )
 async def create_run(
@@ -171,7 +208,12 @@ async def create_run(
     if "text/event-stream" in request.headers.get("accept", ""):
         events = await _start(served, body, session_id, user_id, stream=True)
         return await _event_stream(served, events)
-    output = await _start(served, body, session_id, user_id, stream=False)
+    try:
+        output = await until_disconnected(
+            request, _start(served, body, session_id, user_id, stream=False)
+        )
+    except ClientGone as exc:
+        raise Problem(CLIENT_GONE, str(exc), title="Client closed request") from None
     if output.secret_keys is not None and output.session_state_if_loaded() is not None:
         data = output_json(output, output.secret_keys)  # no read: no hop off the loop
     else:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
+from statewise.state.secrets import REDACTED
+
 if TYPE_CHECKING:
     from statewise.server._registry import Registry
 
@@ -63,6 +65,8 @@ _WHY: dict[int, str] = {
     412: "If-Match names a stale state version; `current_version` is the latest",
     413: "The request body is larger than the server's limit",
     422: "The request is well-formed but invalid; `errors` lists each reason",
+    499: "The client disconnected before the run finished: the run was cancelled and ends "
+    "failed with that reason (nobody receives this answer; the access log shows it)",
     500: "The run or the server failed; the detail says why",
     502: "The model provider failed (after retries)",
     503: "The database is unavailable",
@@ -74,7 +78,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries declaring these statuses with the problem schema."""
     return {
         code: {
-            "description": _WHY.get(code, HTTPStatus(code).phrase),
+            "description": _WHY[code] if code in _WHY else HTTPStatus(code).phrase,
             "content": {PROBLEM_JSON: {"schema": {"$ref": PROBLEM_REF}}},
         }
         for code in codes
@@ -163,7 +167,7 @@ def state_components(registry: Registry) -> dict[str, Any]:
         properties = js.setdefault("properties", {})
         for key in served.secret_keys:
             properties[key] = {
-                "const": "***",
+                "const": REDACTED,
                 "type": "string",
                 "description": "A secret key: its value is never sent",
             }

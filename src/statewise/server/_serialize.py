@@ -9,9 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statewise.run.output import RunOutput
-from statewise.state.secrets import redact, redact_op_value
-
-REDACTED = "***"
+from statewise.state.secrets import (
+    REDACTED,
+    mask_json,
+    redact,
+    redact_op_value,
+    secret_values,
+)
 
 
 def rfc3339(timestamp: float | None) -> str | None:
@@ -112,18 +116,33 @@ def redact_export_line(line: dict[str, Any], secret_keys: frozenset[str]) -> dic
     return line
 
 
+def output_content(output: RunOutput) -> Any:
+    """A run's answer as JSON, its session's secret values masked (see `output_json`)."""
+    keys = output.secret_keys or frozenset()
+    values = secret_values(output.session_state, keys) if keys else ()
+    return mask_json(jsonable(output.content), values)
+
+
 def output_json(output: RunOutput, secret_keys: frozenset[str]) -> dict[str, Any]:
+    """A run's output as JSON. The keys hidden are the ones its own data marks secret
+    (`output.secret_keys`, from the session's app) as well as `secret_keys`."""
+    if output.secret_keys:
+        secret_keys = secret_keys | output.secret_keys
+    state = output.session_state
+    values = secret_values(state, secret_keys) if secret_keys else ()
     return {
         "run_id": output.run_id,
         "session_id": output.session_id,
         "user_id": output.user_id,
         "agent_name": output.agent_name,
         "status": output.status,
-        "pending_tool_calls": [p.to_dict() for p in output.pending_tool_calls],
-        "content": jsonable(output.content),
+        "pending_tool_calls": mask_json(
+            jsonable([p.to_dict() for p in output.pending_tool_calls]), values
+        ),
+        "content": mask_json(jsonable(output.content), values),
         "metrics": output.metrics.to_dict(),
-        "conflicts": jsonable(output.conflicts),
-        "session_state": redact_state(output.session_state, secret_keys),
+        "conflicts": mask_json(jsonable(output.conflicts), values),
+        "session_state": redact_state(state, secret_keys),
     }
 
 

@@ -21,10 +21,10 @@ from typing import Any
 from statewise.exceptions import StateOpError
 from statewise.state.jsonvalue import Path, copy_json
 from statewise.state.ops import MISSING, Op, apply_op
+from statewise.state.secrets import REDACTED
 
 __all__ = ["REDACTED", "PatchMirror", "pointer"]
 
-REDACTED = "***"
 PatchOp = dict[str, Any]
 
 

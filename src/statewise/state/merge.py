@@ -378,7 +378,7 @@ class _Rebase:
         theirs = copy_json(_get(self.doc, path))
         if isinstance(rule, str):
             if rule == "strict":
-                raise StateConflictError(format_path(path), theirs, ours)
+                raise StateConflictError(format_path(path), theirs, ours, key=str(path[0]))
             resolved = ours
             self.claimed.add(path)
         else:

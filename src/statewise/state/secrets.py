@@ -15,17 +15,22 @@ from statewise.exceptions import MissingDependencyError, SecretsError
 
 __all__ = [
     "MARKER",
+    "REDACTED",
     "REGISTRY_KEY",
     "Cipher",
     "is_encrypted",
+    "mask_json",
+    "mask_text",
     "redact",
     "redact_conflict",
     "redact_op_value",
     "registered_secrets",
+    "secret_values",
 ]
 
 MARKER = "$secret"
 REDACTED = "***"
+"""What a secret value reads as wherever it leaves the engine: the one marker."""
 REGISTRY_KEY = "app:__secrets__"
 """Which keys are secret is part of the data: the app scope (loaded with every session of
 the app) lists, under this reserved key, the full names of every key any agent of the app
@@ -116,3 +121,65 @@ def redact(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, An
     """A shallow copy with the secret keys' values replaced by "***"."""
     secrets = frozenset(secret_keys)
     return {key: REDACTED if key in secrets else value for key, value in state.items()}
+
+
+MIN_MASKED_CHARS = 4
+"""Secret values shorter than this are not masked by value: "1" or "ok" would mask every
+occurrence of a common text (CI systems draw the same line)."""
+
+
+def secret_values(state: Mapping[str, Any], secret_keys: Iterable[str]) -> tuple[str, ...]:
+    """The texts that give a secret away wherever they appear: every string in each
+    secret key's value in `state` (the value itself, or the strings inside a list or
+    object), longest first so a longer value is masked whole before a shorter one in it.
+    Numbers, booleans and null are not masked by value: "true" or "1200" would mask
+    ordinary text everywhere."""
+    found: set[str] = set()
+    for key in secret_keys:
+        if key not in state or is_encrypted(state[key]):
+            continue
+        stack = [state[key]]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                found.add(item)
+            elif isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+    return tuple(sorted((v for v in found if len(v) >= MIN_MASKED_CHARS), key=len, reverse=True))
+
+
+def mask_text(text: str, values: Iterable[str]) -> str:
+    """`text` with every occurrence of a secret value replaced by the marker."""
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def mask_json(data: Any, values: tuple[str, ...]) -> Any:
+    """`data` (JSON: dicts, lists, scalars) with secret values masked in every string,
+    keys included; the same object when nothing in it needed masking."""
+    return _mask(data, values)[0] if values else data
+
+
+def _mask(data: Any, values: tuple[str, ...]) -> tuple[Any, bool]:
+    if isinstance(data, str):
+        masked = mask_text(data, values)
+        return masked, masked is not data
+    if isinstance(data, dict):
+        changed = False
+        out = {}
+        for key, value in data.items():
+            new_key = mask_text(key, values) if isinstance(key, str) else key
+            new_value, moved = _mask(value, values)
+            changed = changed or moved or new_key is not key
+            out[new_key] = new_value
+        return (out, True) if changed else (data, False)
+    if isinstance(data, list):
+        pairs = [_mask(v, values) for v in data]
+        if any(moved for _, moved in pairs):
+            return [v for v, _ in pairs], True
+        return data, False
+    return data, False

@@ -5,7 +5,9 @@
 
 Built on the official `mcp` SDK (the `mcp` extra). Nothing connects at construction: the
 first run connects, lists the server's tools (following pagination) and keeps that list;
-later runs reuse it. Each tool becomes a `Function` whose parameters are the server's input
+later runs reuse it. A call that fails at the transport (the server crashed, hung, or broke
+the protocol) is that call's error and drops the connection; the next call reconnects,
+trying a few times with growing pauses (`RECONNECT_DELAYS`) before a clear error. Each tool becomes a `Function` whose parameters are the server's input
 schema, so it goes through the same path as any tool: `before_tool_callback`, `tool_hooks`,
 `after_tool_callback`, and state writes kept only if the call succeeds. Arguments are sent
 as the model gave them (the server validates them); a result the server flags as an error
@@ -33,6 +35,9 @@ from statewise.tools.errors import ToolArgumentsError
 from statewise.tools.function import Function
 
 MAX_PAGES = 100
+RECONNECT_DELAYS = (0.0, 0.25, 1.0)
+"""Seconds before each attempt to reconnect to a server whose connection failed: a
+restarting server gets about a second and a quarter, then the call is a clear error."""
 
 
 class MCPToolError(Exception):
@@ -171,6 +176,8 @@ class MCPTools(ToolSource):
         self._functions: list[Function] | None = None
         self._connections: dict[asyncio.AbstractEventLoop, _Connection] = {}
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._connect_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._dropped: set[asyncio.AbstractEventLoop] = set()  # reconnect with backoff
 
     def __repr__(self) -> str:
         return f"MCPTools({self.label!r})"
@@ -192,6 +199,9 @@ class MCPTools(ToolSource):
                 name, dict(arguments), read_timeout_seconds=self.timeout
             )
         except Exception as exc:
+            # The server crashed, hung or broke the protocol: this call fails, and the
+            # connection is let go so the next call opens a fresh one.
+            self._drop(client)
             raise MCPToolError(f"MCP server {self.label!r} failed the call: {exc}") from exc
         return _result_value(result)
 
@@ -220,21 +230,70 @@ class MCPTools(ToolSource):
             lock = self._locks[loop] = asyncio.Lock()
         return lock
 
-    async def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
+    def _live(self, loop: asyncio.AbstractEventLoop) -> Any:
         connection = self._connections.get(loop)
         if connection is not None and connection.task is not None and not connection.task.done():
             return connection.client
+        return None
+
+    async def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._live(loop)
+        if client is not None:
+            return client
+        async with self._connecting():
+            client = self._live(loop)  # another call connected while this one waited
+            if client is not None:
+                return client
+            if loop not in self._dropped:
+                return await self._connect(loop, first=True)
+            # Reconnecting after a failure: a server that is restarting gets a few tries.
+            for delay in RECONNECT_DELAYS:
+                await asyncio.sleep(delay)
+                try:
+                    client = await self._connect(loop, first=False)
+                except RunError as exc:
+                    failure = exc
+                    continue
+                self._dropped.discard(loop)
+                return client
+            raise RunError(
+                f"cannot reconnect to MCP server {self.label!r} after "
+                f"{len(RECONNECT_DELAYS)} attempts (its connection failed earlier): {failure}"
+            ) from failure
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, *, first: bool) -> Any:
         connection = _Connection(loop=loop)
         connection.task = loop.create_task(self._hold(connection), name=f"mcp {self.label}")
         await connection.ready.wait()
         if connection.error is not None:
-            raise RunError(
-                f"cannot connect to MCP server {self.label!r}: "
-                f"{type(connection.error).__name__}: {connection.error}"
-            ) from connection.error
+            reason = f"{type(connection.error).__name__}: {connection.error}"
+            if first:
+                raise RunError(
+                    f"cannot connect to MCP server {self.label!r}: {reason}"
+                ) from connection.error
+            raise RunError(reason) from connection.error
         self._connections[loop] = connection
         return connection.client
+
+    def _drop(self, client: Any) -> None:
+        """Let go of the connection that `client` belongs to (its task closes it)."""
+        loop = asyncio.get_running_loop()
+        connection = self._connections.get(loop)
+        if connection is not None and connection.client is client:
+            del self._connections[loop]
+            connection.stop.set()
+            self._dropped.add(loop)
+
+    def _connecting(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._connect_locks.get(loop)
+        if lock is None:
+            self._connect_locks = {
+                k: v for k, v in self._connect_locks.items() if not k.is_closed()
+            }
+            lock = self._connect_locks[loop] = asyncio.Lock()
+        return lock
 
     async def _hold(self, connection: _Connection) -> None:
         """Open the session, hand it over, keep it open until asked to stop."""

@@ -34,6 +34,7 @@ from statewise.models.messages import Message
 from statewise.run.checkpoints import point_commit_id
 from statewise.run.deadline import check_run_timeout
 from statewise.run.driver import check_input, initialize_state
+from statewise.run.emit import masked_event
 from statewise.run.events import RunCompleted, RunEvent, RunStarted, StepStarted
 from statewise.run.lease import RunLease
 from statewise.run.lifecycle import RunLifecycle
@@ -276,7 +277,9 @@ class Workflow(SessionOwner):
         try:
             async with life:
                 async for event in self._steps(request, life, outputs, started):
-                    yield event
+                    # secret values never leave in an event (see run.emit.masking)
+                    values = life.ctx.secret_values()
+                    yield masked_event(event, values) if values else event
         except BaseException as exc:
             if life.stored:
                 exc.add_note(

@@ -194,3 +194,5 @@ def test_help_names_the_options(flag: str) -> None:
     )
     for option in (flag, "--cors-origin", "--jwt-secret", "--root-path"):
         assert option in done.stdout
+    # rich markup would eat "[dbos]" unescaped: the fleet option names its extra
+    assert "statewise[dbos]" in done.stdout

@@ -190,7 +190,7 @@ def serve(
             "--fleet-db",
             help="Also show the runs on this fleet's durable queues (its PostgreSQL URL, "
             "as given to `statewise worker --db`) at /v1/fleet/runs and on the page. "
-            "Needs pip install 'statewise[dbos]'.",
+            "Needs pip install 'statewise\\[dbos]'.",
             show_default=False,
         ),
     ] = None,

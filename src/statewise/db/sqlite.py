@@ -354,6 +354,10 @@ def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
         """
 
 
+PRUNE_BATCH = 500
+"""Sessions `prune_sessions` deletes per transaction (SQLite binds up to 32,766 values)."""
+
+
 class SqliteDb(BaseDb):
     """Sessions in one SQLite file (`db_file`), or in memory with `db_file=":memory:"`.
 
@@ -1225,22 +1229,21 @@ class SqliteDb(BaseDb):
 
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
+        return bool(self._write(lambda conn: self._delete_sessions(conn, [session_id])))
+
+    def _delete_sessions(self, conn: sqlite3.Connection, ids: Sequence[str]) -> int:
+        """Delete these sessions with their state, events and runs in the caller's
+        transaction; how many sessions there were."""
         p = self.table_prefix
-
-        def delete(conn: sqlite3.Connection) -> bool:
-            found = conn.execute(
-                f"DELETE FROM {p}sessions WHERE session_id = ?", (session_id,)
-            ).rowcount
-            for table in ("events", "runs", "commits", "run_leases"):
-                conn.execute(f"DELETE FROM {p}{table} WHERE session_id = ?", (session_id,))
-            for table in ("deltas", "snapshots", "scopes"):
-                conn.execute(
-                    f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id = ?",
-                    (session_id,),
-                )
-            return bool(found)
-
-        return self._write(delete)
+        marks = ",".join("?" * len(ids))
+        found = conn.execute(f"DELETE FROM {p}sessions WHERE session_id IN ({marks})", ids).rowcount
+        for table in ("events", "runs", "commits", "run_leases"):
+            conn.execute(f"DELETE FROM {p}{table} WHERE session_id IN ({marks})", ids)
+        for table in ("deltas", "snapshots", "scopes"):
+            conn.execute(
+                f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id IN ({marks})", ids
+            )
+        return int(found)
 
     def prune_sessions(
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None
@@ -1252,7 +1255,12 @@ class SqliteDb(BaseDb):
             sql += " AND user_id = ?"
             params.append(user_id)
         ids = [row[0] for row in self._conn.execute(sql, params).fetchall()]
-        return sum(self.delete_session(session_id) for session_id in ids)
+        # In batches: one durable commit per PRUNE_BATCH sessions, not one per session.
+        pruned = 0
+        for start in range(0, len(ids), PRUNE_BATCH):
+            batch = ids[start : start + PRUNE_BATCH]
+            pruned += self._write(functools.partial(self._delete_sessions, ids=batch))
+        return pruned
 
     def import_records(
         self,

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.pretty import Pretty
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli._options import DbOption, JsonOption
 from statewise.cli.chat import chat
 from statewise.cli.fleet import enqueue, runs_app, worker
 from statewise.cli.serve import serve
@@ -70,19 +71,6 @@ def _root(
     ] = False,
 ) -> None:
     """Stateful LLM agents whose session state is never lost. Run `statewise demo` first."""
-
-
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        envvar="STATEWISE_DB_URL",
-        help="Database URL: sqlite:///relative.db, sqlite:////absolute.db, memory://, "
-        "postgresql://..., redis://... (default: $STATEWISE_DB_URL).",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only, for scripts.")]
 
 
 @app.command()

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from statewise.cli._errors import CliError, fail
 from statewise.cli._load import find_runnable, is_runnable, load_module, module_file, split_target
+from statewise.cli._options import JsonOption
 from statewise.exceptions import StatewiseError
 
 console = Console()
@@ -46,7 +47,6 @@ SessionsDbOption = Annotated[
     ),
 ]
 QueueOption = Annotated[str, typer.Option("--queue", help="The queue to put the run on.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only, for scripts.")]
 TargetArgument = Annotated[
     str,
     typer.Argument(

@@ -22,22 +22,12 @@ from rich.table import Table
 from rich.text import Text
 
 from statewise.cli._errors import CliError, fail
+from statewise.cli._options import DbOption, JsonOption
 from statewise.cli._state import current, need_session, open_db, unique_tails, when
 from statewise.exceptions import StatewiseError
 
 console = Console()
 
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        envvar="STATEWISE_DB_URL",
-        help="Database URL: sqlite:///relative.db, sqlite:////absolute.db, "
-        "postgresql://..., redis://... (default: $STATEWISE_DB_URL).",
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON only, for scripts.")]
 SessionArg = Annotated[str, typer.Argument(help="The session id.", show_default=False)]
 
 sessions_app = typer.Typer(

@@ -5,7 +5,9 @@ process (`_runner.py`); an `output` block right after a python or bash block is 
 that block must print, and the output under a console block's `$ command` is what that
 command must print (a `...` line stands for any lines, `...` in a line for any text). The
 port 7777 in a page is replaced by a free port, so pages can start `statewise serve` the
-way a reader would without colliding with another test run.
+way a reader would without colliding with another test run; the PostgreSQL database a
+page names (`postgresql://localhost/app`) is the test server's, so a page runs on any
+machine with the test PostgreSQL, whatever databases it holds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ AGUI_NODE_MODULES = ROOT / "tests" / "server" / "agui_js" / "node_modules"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 PAGE_TIMEOUT = 300
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # nothing listens: a real provider call fails at once
+PAGE_POSTGRES = "postgresql://localhost/app"
+TEST_POSTGRES = os.environ.get(
+    "STATEWISE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+def as_run_here(text: str, port: str) -> str:
+    """A block's text as this machine runs it: a free port, the test PostgreSQL."""
+    return text.replace("7777", port).replace(PAGE_POSTGRES, TEST_POSTGRES)
 
 
 def runnable(block: Block) -> bool:
@@ -127,7 +138,7 @@ def test_page_blocks_run_and_print_what_the_page_shows(page: Path, tmp_path: Pat
                 {
                     "index": index,
                     "lang": block.lang,
-                    "text": block.text.replace("7777", port),
+                    "text": as_run_here(block.text, port),
                     "title": block.title,
                     "where": block.where,
                 }
@@ -175,7 +186,7 @@ def test_page_blocks_run_and_print_what_the_page_shows(page: Path, tmp_path: Pat
             )
         if block.lang == "console":
             for (command, shown), ran in zip(
-                console_commands(block.text.replace("7777", port)),
+                console_commands(as_run_here(block.text, port)),
                 result["commands"],
                 strict=True,
             ):

@@ -1,6 +1,7 @@
 """The Agent: a model, tools and instructions working on a persisted session state.
 
-The agent object holds configuration only; each run's working data lives in the run
+The agent object holds configuration, plus `session_id`: the session it last ran, which
+a run without one continues, as Agno's agents do. Each run's working data lives in the run
 (RunContext, WorkingState), so one agent serves many concurrent runs and sessions.
 """
 

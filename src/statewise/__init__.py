@@ -3,6 +3,7 @@ never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
 from statewise.agent.service import Sessions, SessionState
+from statewise.agent.summaries import SessionSummary, SessionSummaryManager
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -55,6 +56,8 @@ __all__ = [
     "RunStarted",
     "Secret",
     "SessionState",
+    "SessionSummary",
+    "SessionSummaryManager",
     "Sessions",
     "StateChanged",
     "Step",

@@ -1,6 +1,7 @@
 """The Agent: a model, tools and instructions working on a persisted session state.
 
-The agent object holds configuration only; each run's working data lives in the run
+The agent object holds configuration, plus `session_id`: the session it last ran, which
+a run without one continues, as Agno's agents do. Each run's working data lives in the run
 (RunContext, WorkingState), so one agent serves many concurrent runs and sessions.
 """
 
@@ -15,7 +16,14 @@ from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
 from statewise.agent.printing import print_run
 from statewise.agent.session_owner import SessionOwner, db_or_storage
+from statewise.agent.summaries import (
+    SUMMARY_KEY,
+    SessionSummary,
+    SessionSummaryManager,
+    aread_summary,
+)
 from statewise.db.base import BaseDb, validate_id
+from statewise.db.store import SessionSpec
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.models.messages import OutputSpec, ToolDefinition
@@ -98,6 +106,9 @@ class Agent(SessionOwner, Generic[OutputT]):
         debug_mode: bool = False,
         strict_templates: bool = False,
         run_timeout: float | None = None,
+        enable_session_summaries: bool = False,
+        add_session_summary_to_context: bool | None = None,
+        session_summary_manager: SessionSummaryManager | None = None,
     ) -> None:
         self.model: Model | None = infer_model(model) if model is not None else None
         self.name = name
@@ -140,6 +151,16 @@ class Agent(SessionOwner, Generic[OutputT]):
         # Seconds a run (or a continuation) may take (None: no limit); past them it ends
         # `failed` with the reason.
         self.run_timeout = check_run_timeout(run_timeout)
+        # Summaries are made after each completed run when enabled (or when a manager is
+        # given) and shown in the system prompt unless `add_session_summary_to_context`
+        # says otherwise; the prompt can show summaries another process made, too.
+        self.enable_session_summaries = enable_session_summaries
+        self.session_summary_manager = session_summary_manager
+        self.add_session_summary_to_context = (
+            enable_session_summaries or session_summary_manager is not None
+            if add_session_summary_to_context is None
+            else add_session_summary_to_context
+        )
         given = (
             before_agent_callback,
             after_agent_callback,
@@ -262,8 +283,14 @@ class Agent(SessionOwner, Generic[OutputT]):
             or self.markdown
             or self.add_session_state_to_context
             or self.enable_agentic_state
+            or self.add_session_summary_to_context
         ):
             return None  # nothing to render, so no state to read
+        summary = (
+            SessionSummary.from_dict(ctx.session_state.get(SUMMARY_KEY))
+            if self.add_session_summary_to_context
+            else None
+        )
         return build_system_prompt(
             agent=self,
             ctx=ctx,
@@ -276,6 +303,7 @@ class Agent(SessionOwner, Generic[OutputT]):
             secret_keys=self._store.secret_keys_in(ctx.session_state),
             expose_secrets_to_model=self.expose_secrets_to_model,
             strict_templates=self.strict_templates,
+            extra=[summary.as_context()] if summary is not None else (),
         )
 
     def _request(
@@ -308,14 +336,45 @@ class Agent(SessionOwner, Generic[OutputT]):
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
     ) -> Coroutine[Any, Any, RunOutput[OutputT]]:
         """The run, for a caller that wants only its output: no events are made."""
-        return drive_run(self._runtime(client_tools=client_tools), self._store, request)
+        run = drive_run(self._runtime(client_tools=client_tools), self._store, request)
+        return self._summarized(run, request.spec)
 
     def _events(
         self, request: RunRequest, client_tools: Sequence[ToolDefinition] = ()
     ) -> AsyncIterator[RunEvent]:
         """The run's events, for a caller that iterates them (streams, printing)."""
         rt, store = self._runtime(client_tools=client_tools), self._store
-        return events_of(lambda emit: drive_run(rt, store, request, emit))
+        return events_of(
+            lambda emit: self._summarized(drive_run(rt, store, request, emit), request.spec)
+        )
+
+    def _summarizer(self) -> SessionSummaryManager | None:
+        if self.session_summary_manager is not None:
+            return self.session_summary_manager
+        if not self.enable_session_summaries:
+            return None
+        self.session_summary_manager = SessionSummaryManager()
+        return self.session_summary_manager
+
+    async def _summarized(
+        self, run: Coroutine[Any, Any, RunOutput[OutputT]], spec: SessionSpec
+    ) -> RunOutput[OutputT]:
+        """The run, then (when it completed) the session's summary brought up to date in a
+        commit of its own; a summary that fails is logged, never the run's failure."""
+        output = await run
+        summarizer = self._summarizer()
+        if summarizer is not None and output.status == "completed":
+            await summarizer.aupdate(self._store, spec, self.model)
+        return output
+
+    def get_session_summary(self, session_id: str | None = None) -> SessionSummary | None:
+        """The session's summary (default: the session this agent last ran), with the
+        range of runs it covers; None before the first one is made."""
+        return run_sync(self.aget_session_summary(session_id))
+
+    async def aget_session_summary(self, session_id: str | None = None) -> SessionSummary | None:
+        """`get_session_summary` for async callers."""
+        return await aread_summary(self._store, self._spec(session_id, None).session_id)
 
     # ---- paused runs (humans in the loop) --------------------------------------------------
 
@@ -339,7 +398,7 @@ class Agent(SessionOwner, Generic[OutputT]):
             run_timeout=self.run_timeout if run_timeout is None else check_run_timeout(run_timeout),
         )
         rt, store = self._runtime(client_tools=client_tools), self._store
-        return lambda emit: drive_continue(rt, store, request, emit)
+        return lambda emit: self._summarized(drive_continue(rt, store, request, emit), request.spec)
 
     def continue_run(
         self,

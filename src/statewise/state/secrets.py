@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from statewise.exceptions import MissingDependencyError, SecretsError
+from statewise.exceptions import MissingDependencyError, SecretsError, StateConflictError
 
 __all__ = [
     "MARKER",
@@ -23,6 +23,7 @@ __all__ = [
     "mask_text",
     "redact",
     "redact_conflict",
+    "redact_conflict_error",
     "redact_op_value",
     "registered_secrets",
     "secret_values",
@@ -115,6 +116,14 @@ def redact_conflict(conflict: Mapping[str, Any], secret_keys: Iterable[str]) -> 
             for k, v in conflict.items()
         }
     return dict(conflict)
+
+
+def redact_conflict_error(
+    error: StateConflictError, secret_keys: Iterable[str]
+) -> StateConflictError:
+    """A `strict` conflict's error with both values shown as the marker when its key is
+    secret (the error's text goes wherever errors go); the same error otherwise."""
+    return error.masked(REDACTED) if error.key in frozenset(secret_keys) else error
 
 
 def redact(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:

@@ -145,14 +145,25 @@ class Sessions(TimeTravel):
         record = self.require(session_id)
         return Redaction(self.secret_keys(record.app_name or "default"))
 
-    def state_deltas(self, session_id: str, *, after_version: int = 0) -> list[dict[str, Any]]:
-        """The session's own state changes as stored, one per version: each source's
-        ops (`segments`), run, step, conflicts and time; secret values redacted."""
+    def state_deltas(
+        self,
+        session_id: str,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The session's own state changes as stored, one per version (after
+        `after_version`, up to `upto_version`, at most `limit`, oldest first): each
+        source's ops (`segments`), run, step, conflicts and time; secret values redacted."""
         redaction = self._redaction(session_id)
         return [
             redaction.delta(delta.to_dict())
             for delta in self.db.read_deltas(
-                ScopeKey("session", session_id), after_version=after_version
+                ScopeKey("session", session_id),
+                after_version=after_version,
+                upto_version=upto_version,
+                limit=limit,
             )
         ]
 
@@ -163,14 +174,21 @@ class Sessions(TimeTravel):
         exactly as stored (secret values stay encrypted), for a backup that
         `import_sessions` restores whole."""
         record = self.require(session_id)
-        redaction = Redaction() if as_stored else self._redaction(session_id)
-        yield redaction.export_line({"type": "session", **record.to_dict()})
+        if as_stored:
+            return self._stored_records(record)
+        redaction = self._redaction(session_id)
+        return (redaction.export_line(line) for line in self._stored_records(record))
+
+    def _stored_records(self, record: SessionRecord) -> Iterator[dict[str, Any]]:
+        """A session's export records exactly as stored, read a page at a time."""
+        session_id = record.session_id
+        yield {"type": "session", **record.to_dict()}
         key = ScopeKey("session", session_id)
         after = 0
         while True:
             deltas = self.db.read_deltas(key, after_version=after, limit=EXPORT_PAGE)
             for delta in deltas:
-                yield redaction.export_line({"type": "delta", **delta.to_dict()})
+                yield {"type": "delta", **delta.to_dict()}
             if len(deltas) < EXPORT_PAGE:
                 break
             after = deltas[-1].version
@@ -180,12 +198,12 @@ class Sessions(TimeTravel):
             for event in events:
                 data = event.to_dict()
                 data["event_type"] = data.pop("type")
-                yield redaction.export_line({"type": "event", **data})
+                yield {"type": "event", **data}
             if len(events) < EXPORT_PAGE:
                 break
             seq = events[-1].seq
-        for run in self.db.read_runs(session_id):
-            yield redaction.export_line({"type": "run", **run.to_dict()})
+        for run in self.db.read_runs(session_id):  # (no cursor for runs in storage yet)
+            yield {"type": "run", **run.to_dict()}
 
     def list_sessions(
         self,

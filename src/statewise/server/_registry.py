@@ -16,6 +16,7 @@ from statewise.exceptions import ConfigurationError, SessionNotFoundError, State
 from statewise.server._errors import Problem
 
 KINDS = ("agents", "teams", "workflows")
+KIND_NAMES = {"agents": "agent", "teams": "team", "workflows": "workflow"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
 
 
@@ -48,7 +49,7 @@ class Served:
     @property
     def kind_name(self) -> str:
         """'agent', 'team' or 'workflow'."""
-        return self.kind[:-1]
+        return KIND_NAMES[self.kind]
 
     @property
     def pausable(self) -> bool:

@@ -18,7 +18,7 @@ from statewise.exceptions import SessionExistsError
 from statewise.server._auth import Principal
 from statewise.server._deps import caller
 from statewise.server._errors import Problem, log, problem_for
-from statewise.server._registry import Registry, Served
+from statewise.server._registry import KIND_NAMES, Registry, Served
 from statewise.server._schema import (
     AUTH,
     BODY,
@@ -63,7 +63,7 @@ def _served(registry: Registry, kind: str, name: str) -> Served:
     served = registry.get(kind, name)
     if served is None:
         known = ", ".join(f"{s.kind}/{s.name}" for s in registry.all())
-        raise Problem(404, f"no {kind[:-1]} named {name!r} here; this server serves: {known}")
+        raise Problem(404, f"no {KIND_NAMES.get(kind, kind)} named {name!r} here; this server serves: {known}")
     return served
 
 

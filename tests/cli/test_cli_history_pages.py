@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from statewise import Agent
+from statewise import Agent, Sessions
 from statewise.cli import _state
 from statewise.db import SqliteDb
 from tests.cli.test_cli_sessions import invoke
@@ -40,13 +41,13 @@ def test_history_is_read_and_printed_a_page_at_a_time(
 ) -> None:
     monkeypatch.setattr(_state, "HISTORY_PAGE", 2)
     asked: list[int | None] = []
-    state_deltas = _state.Sessions.state_deltas
+    state_deltas = Sessions.state_deltas
 
-    def paged(self: _state.Sessions, session_id: str, **kwargs: int | None) -> list[dict]:
+    def paged(self: Sessions, session_id: str, **kwargs: Any) -> list[dict[str, Any]]:
         asked.append(kwargs.get("limit"))
-        return state_deltas(self, session_id, **kwargs)  # type: ignore[arg-type]
+        return state_deltas(self, session_id, **kwargs)
 
-    monkeypatch.setattr(_state.Sessions, "state_deltas", paged)
+    monkeypatch.setattr(Sessions, "state_deltas", paged)
     code, out, err = invoke("state", "history", "h", "--db", db, "--json")
     assert code == 0, err
     lines = out.splitlines()

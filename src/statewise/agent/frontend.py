@@ -100,7 +100,7 @@ class FrontendSync:
             return None
         data = events[-1].data
         raw = data.get("versions") or {}
-        versions = {key.kind: int(raw.get(key.kind, 0)) for key in self.keys}
+        versions: dict[str, int] = {key.kind: int(raw.get(key.kind, 0)) for key in self.keys}
         return versions, int(data.get("messages", 0))
 
     def merge_client_state(

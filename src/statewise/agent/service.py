@@ -35,6 +35,7 @@ from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
 from statewise.exceptions import SessionNotFoundError
+from statewise.run.pause import check_answers
 from statewise.run.resume import PausedRun, paused_runs
 from statewise.state.reserved import check_writable
 from statewise.state.secrets import REDACTED, Redaction
@@ -406,6 +407,7 @@ def _redacted(read: StateRead) -> StateRead:
 
 __all__ = [
     "REDACTED",
+    "BaseDb",
     "FrontendSync",
     "PausedRun",
     "RunRecord",
@@ -413,7 +415,9 @@ __all__ = [
     "SessionState",
     "Sessions",
     "StateRead",
+    "check_answers",
     "check_writable",
     "jsonable",
+    "resolve_db",
     "validate_id",
 ]

@@ -21,11 +21,9 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Body, Depends, Path
 from fastapi.responses import StreamingResponse
 
-from statewise.agent.service import FrontendSync, SessionRecord, validate_id
-from statewise.exceptions import InvalidIdError
-from statewise.models.messages import ToolDefinition
-from statewise.run.events import (
+from statewise import (
     ContentDelta,
+    PendingToolCall,
     RunCompleted,
     StateChanged,
     StepCompleted,
@@ -33,7 +31,9 @@ from statewise.run.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
-from statewise.run.pause import PendingToolCall, check_answers
+from statewise.agent.service import FrontendSync, SessionRecord, check_answers, validate_id
+from statewise.exceptions import InvalidIdError
+from statewise.models import ToolDefinition
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for

@@ -9,9 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewise import Agent, Sessions, Team, Workflow
-from statewise.agent.sessions import StateRead
-from statewise.db.base import BaseDb
-from statewise.db.records import SessionRecord
+from statewise.agent.service import BaseDb, SessionRecord, StateRead
 from statewise.exceptions import ConfigurationError, SessionNotFoundError, StatewiseError
 from statewise.server._errors import Problem
 

@@ -63,7 +63,9 @@ def _served(registry: Registry, kind: str, name: str) -> Served:
     served = registry.get(kind, name)
     if served is None:
         known = ", ".join(f"{s.kind}/{s.name}" for s in registry.all())
-        raise Problem(404, f"no {KIND_NAMES.get(kind, kind)} named {name!r} here; this server serves: {known}")
+        raise Problem(
+            404, f"no {KIND_NAMES.get(kind, kind)} named {name!r} here; this server serves: {known}"
+        )
     return served
 
 

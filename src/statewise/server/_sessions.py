@@ -461,7 +461,7 @@ def get_diff(
         end = _version_ref(to, "to") if to else None
         _check_version(served, session_id, start, "from")
         _check_version(served, session_id, end, "to")
-    changes = served.sessions.diff_state(session_id, from_=start, to=end)
+    changes = served.sessions.diff_state(session_id, from_=start or 0, to=end)
     return {
         "session_id": session_id,
         "run": run,

@@ -56,3 +56,26 @@ def test_history_is_read_and_printed_a_page_at_a_time(
     assert asked == [2, 2, 2, 2]
     code, out, _ = invoke("state", "history", "h", "--db", db)
     assert code == 0 and all(f" {n} " in out for n in range(1, 8))
+
+
+def test_sessions_export_is_a_backup_with_secrets_still_encrypted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cryptography.fernet import Fernet
+
+    monkeypatch.setenv("STATEWISE_ENCRYPTION_KEY", Fernet.generate_key().decode())
+    source = tmp_path / "src.db"
+    agent = Agent(name="a", db=SqliteDb(db_file=str(source)), secret_keys=["api_token"])
+    agent.update_session_state({"api_token": "tok-0123456789"}, session_id="v")
+    out = tmp_path / "v.jsonl"
+    code, _, err = invoke(
+        "sessions", "export", "v", "--db", f"sqlite:///{source}", "--out", str(out)
+    )
+    assert code == 0, err
+    assert "tok-0123456789" not in out.read_text() and "$secret" in out.read_text()
+    SqliteDb(db_file=str(tmp_path / "dst.db")).close()
+    target = f"sqlite:///{tmp_path / 'dst.db'}"
+    code, _, err = invoke("sessions", "import", str(out), "--db", target)
+    assert code == 0, err
+    restored = Agent(name="a", db=target, secret_keys=["api_token"])
+    assert restored.get_session_state("v")["api_token"] == "tok-0123456789"

@@ -366,6 +366,12 @@ class Commit(BaseModel):
 class History(BaseModel):
     session_id: str
     history: list[Commit]
+    next_after_version: int | None = Field(
+        default=None, description="The next page forward: `after_version=` this (None: last)"
+    )
+    next_before: int | None = Field(
+        default=None, description="Paging back: the next older page is `before=` this"
+    )
 
 
 class Change(BaseModel):

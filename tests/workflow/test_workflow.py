@@ -442,3 +442,32 @@ def test_step_events_are_typed() -> None:
         ("step_started", "a"),
         ("step_completed", "a"),
     ]
+
+
+def test_parallel_strict_conflict_on_a_secret_key_keeps_the_values_out_of_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cryptography.fernet import Fernet
+
+    from statewise.exceptions import StateConflictError
+
+    monkeypatch.setenv("STATEWISE_ENCRYPTION_KEY", Fernet.generate_key().decode())
+
+    def setter(value: str) -> Any:
+        def fn(step_input: StepInput, session_state: dict[str, Any]) -> None:
+            session_state["api_token"] = value
+
+        fn.__name__ = f"set_{value[-3:]}"
+        return fn
+
+    wf = Workflow(
+        name="w",
+        steps=[Parallel(setter("tok-branch-AAA"), setter("tok-branch-BBB"), name="p")],
+        secret_keys=["api_token"],
+        state_rules={"api_token": "strict"},
+    )
+    with pytest.raises(StateConflictError) as caught:
+        wf.run("x")
+    text = str(caught.value)
+    assert "api_token" in text
+    assert "tok-branch" not in text and "***" in text

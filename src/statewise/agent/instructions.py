@@ -10,7 +10,7 @@ from statewise.db.store import visible_state
 from statewise.exceptions import TemplateKeyError
 from statewise.run._observe import unknown_template_keys
 from statewise.run.context import RunContext
-from statewise.state.secrets import redact
+from statewise.state.secrets import Redaction
 from statewise.state.template import render_template
 
 Instructions = str | Sequence[str] | Callable[..., "str | Sequence[str] | None"] | None
@@ -46,7 +46,7 @@ def build_system_prompt(
 ) -> str | None:
     state: Mapping[str, Any] = ctx.session_state
     if secret_keys and not expose_secrets_to_model:
-        state = redact(state, secret_keys)
+        state = Redaction(secret_keys).state(state)  # a prompt is data leaving the engine
     parts: list[str] = []
     missing: list[str] = []
     if description:

@@ -1,27 +1,76 @@
 """`Sessions`: every session on a database, read and managed without the agent that wrote
-it. What the command line (and any operator's script) uses instead of reaching into
-storage: listing, one session's record, state and runs, its paused runs, history, diff,
-rollback, fork, export, import, delete.
+it. What the command line, the HTTP server and any operator's script use instead of
+reaching into storage: listing, one session's record, state (read with its version,
+replaced or patched with a version precondition), runs, events, paused runs, history,
+diff, rollback, fork, export, import, delete.
 
-It answers from the data alone: a session's app name and its own recorded secret keys
-decide what is redacted, so it agrees with every agent on the same database.
+**The read boundary.** Every read here returns data already redacted, and this is the one
+place where data read back out of the engine is redacted: the session's own data (its
+app's secret registry, and for a run's output the secret values its state holds) decides
+what is hidden, through a `statewise.state.secrets.Redaction`, so every reader on the
+same database agrees whichever agent, team or workflow serves the request. The write
+boundary is the commit codec, which masks secret values in what a commit stores.
+Callers (the server, the page, the CLI) redact nothing themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from statewise.agent.frontend import FrontendSync
+from statewise.agent.sessions import (
+    StateRead,
+    aread_session_state,
+    merge_patch_session_state,
+    read_session_state,
+    replace_session_state,
+)
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
-from statewise.db.records import RunRecord, ScopeKey, SessionRecord
+from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
 from statewise.exceptions import SessionNotFoundError
+from statewise.run.pause import check_answers
 from statewise.run.resume import PausedRun, paused_runs
-from statewise.state.secrets import redact_conflict, redact_op_value
+from statewise.state.reserved import check_writable
+from statewise.state.secrets import REDACTED, Redaction
+
+if TYPE_CHECKING:
+    from statewise.agent.session_owner import SessionOwner
+    from statewise.run.output import RunOutput
+
+EXPORT_PAGE = 500
+"""How many deltas or events an export reads at a time: a long session is written out
+without holding all of it."""
+
+
+def jsonable(value: Any) -> Any:
+    """A value as JSON data: mappings, sequences, records (`to_dict`), dataclasses and
+    pydantic models turned into dicts and lists; anything else as its text."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not callable(getattr(value, f.name)) and not f.name.startswith("_")
+        }
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return jsonable(model_dump(mode="json"))
+    return str(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,13 +88,28 @@ class Sessions(TimeTravel):
 
     Time travel (`get_state_history`, `get_state_at`, `diff_state`, `rollback_state`,
     `fork_session`, `export_session`, `import_sessions`) works as on an agent, for any
-    session id on the database.
+    session id on the database. Reads are redacted by the session's own data (see the
+    module doc).
     """
 
     def __init__(self, db: BaseDb | str) -> None:
         self.db = resolve_db(db)
         self._store = StateStore(self.db)
         self._owns_db = isinstance(db, str)  # a database object stays its owner's to close
+        self._owner: SessionOwner | None = None
+
+    @classmethod
+    def of(cls, owner: SessionOwner) -> Sessions:
+        """The sessions of an agent's, team's or workflow's database, as that object sees
+        them: state writes are checked by its schema and merged by its rules, and a fresh
+        session reads with its state template (what a server serving it needs). What is
+        redacted is still decided by each session's data."""
+        sessions = cls.__new__(cls)
+        sessions._store = owner._store
+        sessions.db = sessions._store.db
+        sessions._owns_db = False
+        sessions._owner = owner
+        return sessions
 
     def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
         if session_id is None:
@@ -71,29 +135,76 @@ class Sessions(TimeTravel):
             kind=source.kind,
         )
 
-    def state_deltas(self, session_id: str, *, after_version: int = 0) -> list[dict[str, Any]]:
-        """The session's own state changes as stored, one per version: each source's
-        ops (`segments`), run, step, conflicts and time; secret values redacted."""
-        self.require(session_id)
-        secrets = self._secret_keys(session_id)
-        out = []
-        for delta in self.db.read_deltas(
-            ScopeKey("session", session_id), after_version=after_version
-        ):
-            data = delta.to_dict()
-            data["segments"] = [
-                {"source": s.source, "ops": [redact_op_value(op, secrets) for op in s.ops]}
-                for s in delta.segments
-            ]
-            data["conflicts"] = [redact_conflict(c, secrets) for c in delta.conflicts]
-            out.append(data)
-        return out
+    def secret_keys(self, app_name: str) -> frozenset[str]:
+        """The keys secret in every session of an app: the ones its data records as secret
+        (any agent of the app declared them)."""
+        return self._store.app_secret_keys(app_name)
 
-    def iter_export(self, session_id: str) -> Iterator[dict[str, Any]]:
-        """The session as export records, one at a time (what `export_session` returns
-        as a list), for writing a long session out without holding all of it."""
-        self.require(session_id)
-        return self.db.export_session(session_id)
+    def _redaction(self, session_id: str) -> Redaction:
+        """What a read of the session hides: the secret keys its app's registry records
+        (any agent of the app declared them), whoever reads."""
+        record = self.require(session_id)
+        return Redaction(self.secret_keys(record.app_name or "default"))
+
+    def state_deltas(
+        self,
+        session_id: str,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The session's own state changes as stored, one per version (after
+        `after_version`, up to `upto_version`, at most `limit`, oldest first): each
+        source's ops (`segments`), run, step, conflicts and time; secret values redacted."""
+        redaction = self._redaction(session_id)
+        return [
+            redaction.delta(delta.to_dict())
+            for delta in self.db.read_deltas(
+                ScopeKey("session", session_id),
+                after_version=after_version,
+                upto_version=upto_version,
+                limit=limit,
+            )
+        ]
+
+    def iter_export(self, session_id: str, *, as_stored: bool = False) -> Iterator[dict[str, Any]]:
+        """The session as export records, one at a time and read a page at a time, so a
+        long session is written out in constant memory: its record, state deltas,
+        events, runs. Redacted like every read here; `as_stored=True` gives the records
+        exactly as stored (secret values stay encrypted), for a backup that
+        `import_sessions` restores whole."""
+        record = self.require(session_id)
+        if as_stored:
+            return self._stored_records(record)
+        redaction = self._redaction(session_id)
+        return (redaction.export_line(line) for line in self._stored_records(record))
+
+    def _stored_records(self, record: SessionRecord) -> Iterator[dict[str, Any]]:
+        """A session's export records exactly as stored, read a page at a time."""
+        session_id = record.session_id
+        yield {"type": "session", **record.to_dict()}
+        key = ScopeKey("session", session_id)
+        after = 0
+        while True:
+            deltas = self.db.read_deltas(key, after_version=after, limit=EXPORT_PAGE)
+            for delta in deltas:
+                yield {"type": "delta", **delta.to_dict()}
+            if len(deltas) < EXPORT_PAGE:
+                break
+            after = deltas[-1].version
+        seq = 0
+        while True:
+            events = self.db.read_events(session_id, after=seq, limit=EXPORT_PAGE)
+            for event in events:
+                data = event.to_dict()
+                data["event_type"] = data.pop("type")
+                yield {"type": "event", **data}
+            if len(events) < EXPORT_PAGE:
+                break
+            seq = events[-1].seq
+        for run in self.db.read_runs(session_id):  # (no cursor for runs in storage yet)
+            yield {"type": "run", **run.to_dict()}
 
     def list_sessions(
         self,
@@ -117,13 +228,110 @@ class Sessions(TimeTravel):
             raise SessionNotFoundError(f"no session {session_id!r}")
         return record
 
+    def read_state(self, session_id: str) -> StateRead:
+        """The session's merged state (secret values redacted), the version of exactly
+        that state, its record and its secret keys, in one read that never gets in a
+        run's way. Raises SessionNotFoundError for a session that does not exist."""
+        return _redacted(read_session_state(self._reader(session_id), session_id))
+
+    async def aread_state(self, session_id: str) -> StateRead:
+        """`read_state` for async callers: through the database's async driver where it
+        has one, so a polling reader queues behind no thread."""
+        return _redacted(await aread_session_state(self._reader(session_id), session_id))
+
+    def _reader(self, session_id: str) -> Any:
+        validate_id(session_id)
+        return self._owner if self._owner is not None else self
+
     def state(self, session_id: str) -> SessionState:
-        """The session's merged state now, and its version."""
-        spec = self._spec(session_id, None)
-        with self._store.begin(spec, mode="existing") as txn:
-            return SessionState(
-                session=self.require(session_id), state=txn.plain(), version=txn.version
-            )
+        """The session's merged state now (secret values redacted), and its version."""
+        read = self.read_state(session_id)
+        return SessionState(session=read.record, state=read.state, version=read.version)
+
+    def version(self, session_id: str) -> int:
+        """The version of the session's own state (0 before its first commit)."""
+        return self._store.session_version(validate_id(session_id))
+
+    def replace_state(
+        self, session_id: str, state: Mapping[str, Any], *, if_version: int | None = None
+    ) -> tuple[dict[str, Any], int]:
+        """Make the session's own keys exactly `state` (see `replace_session_state`: a
+        secret key given as the marker keeps its value; `if_version` makes the write a
+        compare-and-swap). The new state, redacted, and its version."""
+        new, version = replace_session_state(
+            self._reader(session_id), session_id, state, if_version=if_version
+        )
+        return self._redaction(session_id).state(new), version
+
+    def merge_patch_state(
+        self, session_id: str, patch: Mapping[str, Any], *, if_version: int | None = None
+    ) -> tuple[dict[str, Any], int]:
+        """Apply an RFC 7396 merge patch to the session's state (null deletes a key); the
+        new state, redacted, and its version."""
+        new, version = merge_patch_session_state(
+            self._reader(session_id), session_id, patch, if_version=if_version
+        )
+        return self._redaction(session_id).state(new), version
+
+    def get_state_at(
+        self, session_id: str | None = None, at: int | str | None = None
+    ) -> dict[str, Any]:
+        """The session's own state at a version (int) or after a run (run id), secret
+        values redacted."""
+        state = super().get_state_at(session_id, at)
+        assert session_id is not None  # `_spec` refused None
+        return self._redaction(session_id).state(state)
+
+    def events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        run_id: str | None = None,
+    ) -> list[EventRecord]:
+        """The session's events by sequence number, oldest first (with only `limit`, the
+        newest). Stored events carry secret values already masked by the commit codec."""
+        self.require(session_id)
+        if run_id is not None:
+            validate_id(run_id, "run_id")
+        return self.db.read_events(
+            session_id, after=after, before=before, limit=limit, run_id=run_id
+        )
+
+    def output_json(self, output: RunOutput) -> dict[str, Any]:
+        """A run's output as JSON, its session's secrets hidden: the keys its run end saw
+        as secret (else the session's app registry) and, by value, the secret texts its
+        state holds, wherever they appear in the answer, pending calls and conflicts.
+        May read the state (a run that did not keep it): call it off the event loop
+        unless `output.session_state_if_loaded()` is set."""
+        keys = output.secret_keys
+        if keys is None:
+            keys = self._redaction(output.session_id).keys
+        state = output.session_state
+        redaction = Redaction.of(state, keys)
+        return {
+            "run_id": output.run_id,
+            "session_id": output.session_id,
+            "user_id": output.user_id,
+            "agent_name": output.agent_name,
+            "status": output.status,
+            "pending_tool_calls": redaction.json(
+                jsonable([p.to_dict() for p in output.pending_tool_calls])
+            ),
+            "content": redaction.json(jsonable(output.content)),
+            "metrics": output.metrics.to_dict(),
+            "conflicts": redaction.json(jsonable(output.conflicts)),
+            "session_state": redaction.state(state),
+        }
+
+    @staticmethod
+    def output_content(output: RunOutput) -> Any:
+        """A run's answer as JSON, the secret values its state holds masked (what a
+        stream's final message carries)."""
+        keys = output.secret_keys or frozenset()
+        return Redaction.of(output.session_state, keys).json(jsonable(output.content))
 
     def runs(
         self, session_id: str, *, limit: int | None = None, status: str | None = None
@@ -135,6 +343,37 @@ class Sessions(TimeTravel):
     def run(self, session_id: str, run_id: str) -> RunRecord | None:
         """One run of the session, or None."""
         return self.db.get_run(validate_id(session_id), validate_id(run_id, "run_id"))
+
+    def frontend(
+        self, session_id: str, *, user_id: str | None, record: SessionRecord | None
+    ) -> FrontendSync:
+        """The state sync of one frontend request (AG-UI) on a session: `record` is the
+        session as the request found it, None for one its run will create (as `user_id`,
+        under this object's app and kind). A session another user creates meanwhile is
+        never opened, and the snapshot is redacted by the session's own data."""
+        if record is not None:
+            spec = SessionSpec(
+                session_id=session_id,
+                user_id=record.user_id,
+                app_name=record.app_name or (self._owner.app_name if self._owner else "default"),
+                kind=record.kind,
+                owner_required=True,
+            )
+        elif self._owner is not None:
+            spec = dataclasses.replace(
+                self._owner._spec(session_id, None), user_id=user_id, owner_required=True
+            )
+        else:
+            spec = SessionSpec(
+                session_id=session_id, user_id=user_id, app_name="default", owner_required=True
+            )
+        return FrontendSync(self._store, spec, record)
+
+    def run_versions(self, session_id: str, run_id: str) -> list[int]:
+        """The versions of the session's own state that one run committed, oldest first."""
+        validate_id(run_id, "run_id")
+        key = ScopeKey("session", validate_id(session_id))
+        return [d.version for d in self.db.read_deltas(key) if d.run_id == run_id]
 
     def paused_runs(self, session_id: str) -> list[PausedRun]:
         """The session's paused runs with the tool calls each waits on."""
@@ -161,4 +400,24 @@ class Sessions(TimeTravel):
         self.close()
 
 
-__all__ = ["SessionState", "Sessions"]
+def _redacted(read: StateRead) -> StateRead:
+    """A state read with its secret keys' values shown as the marker."""
+    return dataclasses.replace(read, state=Redaction(read.secret_keys).state(read.state))
+
+
+__all__ = [
+    "REDACTED",
+    "BaseDb",
+    "FrontendSync",
+    "PausedRun",
+    "RunRecord",
+    "SessionRecord",
+    "SessionState",
+    "Sessions",
+    "StateRead",
+    "check_answers",
+    "check_writable",
+    "jsonable",
+    "resolve_db",
+    "validate_id",
+]

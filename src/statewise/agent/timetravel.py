@@ -17,7 +17,7 @@ from statewise.db.base import split_records
 from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
 from statewise.state.diff import diff_states
-from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
+from statewise.state.secrets import REGISTRY_KEY, Redaction
 from statewise.state.tracked import to_plain
 
 if TYPE_CHECKING:
@@ -39,32 +39,51 @@ class TimeTravel:
         return spec.session_id, ScopeKey("session", spec.session_id)
 
     def get_state_history(
-        self, session_id: str | None = None, *, limit: int | None = None, after_version: int = 0
+        self,
+        session_id: str | None = None,
+        *,
+        limit: int | None = None,
+        after_version: int = 0,
+        before: int | None = None,
     ) -> list[dict[str, Any]]:
         """One entry per commit of the session's own state: version, run, step, sources,
-        ops and conflicts."""
-        _sid, key = self._session_key(session_id)
+        ops and conflicts, oldest first; secret values redacted.
+
+        Paged by version: `after_version` and `limit` give the first `limit` commits
+        after that version; `before` gives the last `limit` commits before that version
+        (the page to show when reading back from the newest)."""
+        sid, key = self._session_key(session_id)
+        upto: int | None = None
+        if before is not None:
+            upto = before - 1
+            if limit is not None:
+                after_version = max(after_version, upto - limit)
         # History shows what changed, never a secret's value (stored ones are encrypted).
-        secrets = self._secret_keys(_sid)
+        redaction = self._redaction(sid)
         return [
-            {
-                "version": d.version,
-                "run_id": d.run_id,
-                "step": d.step,
-                "sources": [s.source for s in d.segments],
-                "ops": [redact_op_value(op, secrets) for op in d.ops],
-                "conflicts": [redact_conflict(c, secrets) for c in d.conflicts],
-                "created_at": d.created_at,
-            }
-            for d in self._store.db.read_deltas(key, after_version=after_version, limit=limit)
+            redaction.delta(
+                {
+                    "version": d.version,
+                    "run_id": d.run_id,
+                    "step": d.step,
+                    "sources": [s.source for s in d.segments],
+                    "ops": d.ops,
+                    "conflicts": d.conflicts,
+                    "created_at": d.created_at,
+                }
+            )
+            for d in self._store.db.read_deltas(
+                key, after_version=after_version, upto_version=upto, limit=limit
+            )
         ]
 
-    def _secret_keys(self, session_id: str) -> frozenset[str]:
-        """The session's secret keys: declared here or recorded by its app."""
+    def _redaction(self, session_id: str) -> Redaction:
+        """What to hide when showing the session's history: its secret keys, declared
+        here or recorded by its app (the one place: `statewise.state.secrets`)."""
         record = self._store.db.get_session(session_id)
         if record is None or record.app_name is None:
-            return self._store.secret_keys
-        return self._store.app_secret_keys(record.app_name)
+            return Redaction(self._store.secret_keys)
+        return Redaction(self._store.app_secret_keys(record.app_name))
 
     def _version_of(self, key: ScopeKey, at: int | str | None) -> int:
         if at is None:
@@ -92,9 +111,9 @@ class TimeTravel:
         _sid, key = self._session_key(session_id)
         before = self._store.plain_scope_at(key, self._version_of(key, from_))
         after = self._store.plain_scope_at(key, self._version_of(key, to))
-        secrets = self._secret_keys(_sid)
-        # A diff is a view of history: secret values show as "***".
-        return [redact_conflict(c.to_json(), secrets) for c in diff_states(before, after)]
+        # A diff is a view of history: secret values show as the marker.
+        redaction = self._redaction(_sid)
+        return [redaction.change(c.to_json()) for c in diff_states(before, after)]
 
     def rollback_state(
         self, session_id: str | None = None, *, to: int | str, include_shared: bool = False

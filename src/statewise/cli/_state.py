@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -105,48 +106,99 @@ def show(console: Console, db: Sessions, session_id: str, at: str | None, as_jso
     console.print_json(data=state)
 
 
+HISTORY_PAGE = 200
+"""Versions read and printed at a time: a long history prints as it is read, in constant
+memory, instead of being built whole first."""
+
+
 def history(
-    console: Console, db: Sessions, session_id: str, limit: int | None, as_json: bool, url: str
+    console: Console,
+    db: Sessions,
+    session_id: str,
+    limit: int | None,
+    as_json: bool,
+    url: str,
+    before: int | None = None,
 ) -> None:
+    """The versions before `before` (default: all), the last `limit` of them if given,
+    oldest first, read and printed a page at a time. `--json` prints one JSON array with
+    one version per line."""
     _, version, _ = current(db, session_id)
-    # the last `limit` versions (a limit alone would give the first ones)
-    after = max(0, version - limit) if limit else 0
-    deltas = db.state_deltas(session_id, after_version=after)
+    upto = version if before is None else min(version, before - 1)
+    after = max(0, upto - limit) if limit else 0  # the last `limit` (a limit alone: first)
+    pages = _history_pages(db, session_id, after, upto)
     if as_json:
-        console.print(
-            json.dumps(deltas, ensure_ascii=False, indent=2), markup=False, highlight=False
-        )
+        out = console.file
+        out.write("[")
+        sep = "\n"
+        for page in pages:
+            for delta in page:
+                out.write(sep + json.dumps(delta, ensure_ascii=False))
+                sep = ",\n"
+        out.write("\n]\n" if sep != "\n" else "]\n")
         return
-    if not deltas:
+    last = None
+    for n, page in enumerate(pages):
+        console.print(_history_table(session_id, page, first=n == 0))
+        last = page[-1]["version"]
+    if last is None:
         console.print(f"session {session_id} has no state changes yet")
         return
-    table = Table(title=f"State history of session {session_id}", title_justify="left")
+    if after > 0:
+        console.print(
+            Text(
+                f"Earlier versions: statewise state history {session_id} --before {after + 1}"
+                f"{f' --limit {limit}' if limit else ''} --db {hint_url(url)}",
+                style="dim",
+            )
+        )
+    console.print(
+        Text(
+            f"Compare two versions: statewise state diff {session_id} --from 0 --to "
+            f"{last} --db {hint_url(url)}",
+            style="dim",
+        )
+    )
+
+
+def _history_pages(
+    db: Sessions, session_id: str, after: int, upto: int
+) -> Iterator[list[dict[str, Any]]]:
+    while after < upto:
+        page = db.state_deltas(
+            session_id, after_version=after, upto_version=upto, limit=HISTORY_PAGE
+        )
+        if not page:
+            return
+        yield page
+        after = page[-1]["version"]
+
+
+def _history_table(session_id: str, deltas: list[dict[str, Any]], *, first: bool) -> Table:
+    table = Table(
+        title=f"State history of session {session_id}" if first else None,
+        title_justify="left",
+        show_header=first,
+    )
     table.add_column("version", justify="right")
     table.add_column("when")
     table.add_column("run", no_wrap=True)
     run_label = unique_tails([d["run_id"] for d in deltas if d["run_id"]])
     for delta in deltas:
-        first = True
+        first_row = True
         for segment in delta["segments"]:
             table.add_row(
-                str(delta["version"]) if first else "",
-                when(delta["created_at"]) if first else "",
-                run_label.get(delta["run_id"] or "", "-") if first else "",
-                "" if delta["step"] is None or not first else str(delta["step"]),
+                str(delta["version"]) if first_row else "",
+                when(delta["created_at"]) if first_row else "",
+                run_label.get(delta["run_id"] or "", "-") if first_row else "",
+                "" if delta["step"] is None or not first_row else str(delta["step"]),
                 segment["source"],
                 "\n".join(describe_op(op) for op in segment["ops"]),
             )
-            first = False
+            first_row = False
         for conflict in delta["conflicts"]:
             table.add_row("", "", "", "", "conflict", Text(json.dumps(conflict), style="yellow"))
-    console.print(table)
-    console.print(
-        Text(
-            f"Compare two versions: statewise state diff {session_id} --from 0 --to "
-            f"{deltas[-1]['version']} --db {hint_url(url)}",
-            style="dim",
-        )
-    )
+    return table
 
 
 def diff(

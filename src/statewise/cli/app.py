@@ -284,16 +284,27 @@ def state_history(
     session: Annotated[str, typer.Argument(help="The session id.", show_default=False)],
     db: DbOption = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", help="Only the last N versions.", show_default=False)
+        int | None,
+        typer.Option("--limit", min=1, help="Only the last N versions.", show_default=False),
+    ] = None,
+    before: Annotated[
+        int | None,
+        typer.Option(
+            "--before",
+            min=1,
+            help="Only versions before this one (with --limit: the page before it).",
+            show_default=False,
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List every committed change of a session's state: version, run, step, and the
-    callback, tool or API call that made it."""
+    callback, tool or API call that made it. Printed a page at a time as it is read;
+    --json prints one JSON array, one version per line."""
     from statewise.cli import _state
 
     with _clear_errors(), _state.open_db(db) as sessions:
-        _state.history(console, sessions, session, limit, as_json, db or "URL")
+        _state.history(console, sessions, session, limit, as_json, db or "URL", before)
 
 
 @state_app.command("diff")

@@ -223,7 +223,10 @@ def sessions_export(
     import` reads it. Secret values stay encrypted."""
     with _clear_errors(), open_db(db) as sessions:
         need_session(sessions, session)
-        lines = (json.dumps(r, ensure_ascii=False) + "\n" for r in sessions.iter_export(session))
+        lines = (
+            json.dumps(r, ensure_ascii=False) + "\n"
+            for r in sessions.iter_export(session, as_stored=True)
+        )
         if out is None:
             for line in lines:
                 sys.stdout.write(line)

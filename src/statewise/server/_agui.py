@@ -21,13 +21,9 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Body, Depends, Path
 from fastapi.responses import StreamingResponse
 
-from statewise.db.base import validate_id
-from statewise.db.records import ScopeKey, SessionRecord
-from statewise.db.store import SessionSpec
-from statewise.exceptions import InvalidIdError
-from statewise.models.messages import ToolDefinition
-from statewise.run.events import (
+from statewise import (
     ContentDelta,
+    PendingToolCall,
     RunCompleted,
     StateChanged,
     StepCompleted,
@@ -35,16 +31,15 @@ from statewise.run.events import (
     ToolCallCompleted,
     ToolCallStarted,
 )
-from statewise.run.pause import PendingToolCall, check_answers
-from statewise.run.resume import paused_runs
-from statewise.server._agui_state import StateSync
+from statewise.agent.service import FrontendSync, SessionRecord, check_answers, validate_id
+from statewise.exceptions import InvalidIdError
+from statewise.models import ToolDefinition
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, _served, _user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
-from statewise.server._serialize import output_content
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["ag-ui"])
@@ -81,7 +76,7 @@ def _input_text(body: RunAgentInput) -> str:
     return text
 
 
-def _base_versions(body: RunAgentInput, spec: SessionSpec) -> dict[ScopeKey, int] | None:
+def _base_versions(body: RunAgentInput, sync: FrontendSync) -> dict[str, int] | None:
     """`forwardedProps.statewise.versions`: the state versions the frontend's copy is at,
     as the last RUN_FINISHED's metadata gave them. A frontend that sends them back is
     merged exactly even when several frontends share the thread."""
@@ -100,17 +95,7 @@ def _base_versions(body: RunAgentInput, spec: SessionSpec) -> dict[ScopeKey, int
             "state versions (integers >= 0), as RUN_FINISHED's metadata gives them",
             title="Invalid request",
         )
-    return {key: int(raw.get(key.kind, 0)) for key in spec.scope_keys()}
-
-
-def _session_spec(served: Served, session_id: str, user_id: str | None) -> SessionSpec:
-    return SessionSpec(
-        session_id=session_id,
-        user_id=user_id,
-        app_name=served.app_name or "default",
-        kind=served.kind[:-1],
-        owner_required=True,  # a session someone else creates meanwhile is never opened
-    )
+    return {scope: int(raw.get(scope, 0)) for scope in sync.scopes}
 
 
 @router.post(
@@ -150,27 +135,28 @@ async def agui_run(
         if not principal.can_see(record):
             raise Problem(404, f"no session {session_id!r}", title="Session not found")
         user_id = record.user_id
-        spec = SessionSpec(
-            session_id=session_id,
-            user_id=record.user_id,
-            app_name=record.app_name or served.app_name or "default",
-            kind=record.kind,
-            owner_required=True,
-        )
-    else:
-        spec = _session_spec(served, session_id, user_id)
-    sync = StateSync(served, spec, record)
+    # A session someone else creates meanwhile is never opened.
+    sync = served.sessions.frontend(session_id, user_id=user_id, record=record)
     resume: ResumePlan | None = None
     if continuing:
         if record is None:
             raise Problem(409, f"thread {session_id!r} has no paused run to continue")
         resume = await off_loop(plan_resume, served, session_id, body)
     synced = await off_loop(sync.last_synced)
-    base = _base_versions(body, spec)
+    base = _base_versions(body, sync)
     if base is not None:
         synced = (base, synced[1] if synced else 0)
+
+    def check_shared(keys: list[str]) -> None:
+        if keys and not principal.admin:
+            raise Problem(
+                403,
+                f"the app: scope is shared by every user; only an admin key can change "
+                f"{', '.join(keys)}",
+            )
+
     conflicts = await off_loop(
-        sync.merge_client_state, body.state, principal, synced[0] if synced else None
+        sync.merge_client_state, body.state, synced[0] if synced else None, check_shared
     )
     initial = body.state if record is None and isinstance(body.state, dict) else None
     stream = AguiStream(
@@ -198,7 +184,7 @@ class AguiStream:
         self,
         *,
         served: Served,
-        sync: StateSync,
+        sync: FrontendSync,
         body: RunAgentInput,
         user_id: str | None,
         text: str,
@@ -257,7 +243,7 @@ class AguiStream:
             for t in self.body.tools or []
         ]
         # Workflows run their own steps: a frontend's tools are not offered to them.
-        pausable = hasattr(self.served.obj, "acontinue_run")
+        pausable = self.served.pausable
         extra: dict[str, Any] = {"client_tools": client_tools} if client_tools and pausable else {}
         if self.resume is not None:
             events = await self.served.obj.acontinue_run(
@@ -300,7 +286,8 @@ class AguiStream:
         await off_loop(self.sync.record_sync, output.run_id, before + len(output.messages))
         result = None
         if output.status == "completed":
-            result = await off_loop(output_content, output)  # (may read the stored state)
+            # (may read the stored state)
+            result = await off_loop(self.served.sessions.output_content, output)
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
@@ -310,14 +297,14 @@ class AguiStream:
                 "statewise": {
                     "run_id": output.run_id,
                     "status": output.status,
-                    "versions": {k.kind: v for k, v in self.sync.sent.items()},
+                    "versions": self.sync.sent,
                     "conflicts": len(self.conflicts) + len(output.conflicts),
                 }
             },
         )
 
     def _count_history(self, exclude_run: str) -> int:
-        runs = self.served.db.read_runs(self.thread_id)
+        runs = self.served.sessions.runs(self.thread_id)
         return sum(len(r.messages) for r in runs if r.run_id != exclude_run)
 
     async def _messages_snapshot(self) -> Any:
@@ -330,7 +317,7 @@ class AguiStream:
             known = await off_loop(self._count_history, "")
         if prior >= known:
             return None
-        runs = await off_loop(self.served.db.read_runs, self.thread_id)
+        runs = await off_loop(self.served.sessions.runs, self.thread_id)
         messages: list[Any] = []
         for run in runs:
             messages.extend(stored_messages(run.run_id, run.messages))
@@ -491,7 +478,7 @@ def plan_resume(served: Served, session_id: str, body: RunAgentInput) -> ResumeP
     for message in _trailing_tool_messages(body):
         answers.setdefault(message.tool_call_id, {"result": _text(message.content)})
     told = {m.tool_call_id for m in _trailing_tool_messages(body)}
-    waiting = paused_runs(served.db, session_id)
+    waiting = served.sessions.paused_runs(session_id)
     for paused in waiting:
         ids = {p.tool_call_id for p in paused.pending}
         approvals = sorted(p.tool_call_id for p in paused.pending if p.kind == "approval")

@@ -19,13 +19,12 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewise.db.base import validate_id
-from statewise.db.records import SessionRecord
-from statewise.run.resume import paused_runs
+from statewise.agent.service import SessionRecord, validate_id
 from statewise.server._auth import ApprovalRule, Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
 from statewise.server._registry import Registry, Served
+from statewise.server._runs import output_json
 from statewise.server._schema import (
     SESSION,
     PausedRunInbox,
@@ -34,7 +33,7 @@ from statewise.server._schema import (
     ok,
     problems,
 )
-from statewise.server._serialize import jsonable, output_json, with_times
+from statewise.server._serialize import jsonable, with_times
 from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
@@ -94,7 +93,7 @@ each database: a run paused in a session nobody touched since is found by its se
 
 
 def _pausable(served: Served) -> Any:
-    if not hasattr(served.obj, "acontinue_run"):
+    if not served.pausable:
         raise Problem(
             409,
             f"{served.kind}/{served.name} does not pause its runs; only agents and teams do",
@@ -113,7 +112,7 @@ def list_paused_runs(
     session_id: SessionId, registry: Reg, principal: Who, rule: Rule
 ) -> dict[str, Any]:
     _record, served = _approvable(registry, principal, rule, session_id)
-    runs = paused_runs(served.db, session_id)
+    runs = served.sessions.paused_runs(session_id)
     return {
         "session_id": session_id,
         "runs": jsonable([with_times(r.to_dict()) for r in runs]),
@@ -129,11 +128,11 @@ def list_paused_runs(
 def list_approvable_runs(registry: Reg, principal: Who, rule: Rule) -> dict[str, Any]:
     found: list[Any] = []
     scanned = 0
-    for db, _served in registry.databases():
-        for record in db.list_sessions(limit=INBOX_SCAN):
+    for _db, served in registry.databases():
+        for record in served.sessions.list_sessions(limit=INBOX_SCAN):
             scanned += 1
             if rule(principal, record):
-                found.extend(paused_runs(db, record.session_id))
+                found.extend(served.sessions.paused_runs(record.session_id))
     found.sort(key=lambda p: p.run.updated_at)
     runs = [with_times(p.to_dict()) for p in found]
     return {"runs": jsonable(runs), "scanned_sessions": scanned}
@@ -172,5 +171,5 @@ async def continue_run(
     output = await obj.acontinue_run(
         run_id, session_id=session_id, approvals=approvals, run_timeout=served.run_timeout
     )
-    data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
+    data = await output_json(served.sessions, output)
     return JSONResponse(data)

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from statewise.db.base import validate_id
-from statewise.db.records import SessionRecord
+from statewise.agent.service import SessionRecord, validate_id
 from statewise.exceptions import ConfigurationError
 from statewise.server._errors import Problem
 

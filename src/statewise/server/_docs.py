@@ -96,13 +96,13 @@ def typed_run_paths(schema: dict[str, Any], registry: Registry) -> None:
         result["title"] = f"RunResult{camel}"
         result["properties"]["content"] = {
             "anyOf": [{"$ref": f"#/components/schemas/{output}"}, {"type": "null"}],
-            "description": f"The answer of {served.kind[:-1]} {served.name!r}, "
+            "description": f"The answer of {served.kind_name} {served.name!r}, "
             "validated against its output_schema (null while the run is paused)",
         }
         schemas[f"RunResult{camel}"] = result
         operation = copy.deepcopy(generic)
         operation["operationId"] = f"run_{served.kind}_{re.sub(r'[^A-Za-z0-9]+', '_', served.name)}"
-        operation["summary"] = f"Run {served.kind[:-1]} {served.name} (typed answer)"
+        operation["summary"] = f"Run {served.kind_name} {served.name} (typed answer)"
         operation["parameters"] = [
             p for p in operation.get("parameters", []) if p.get("name") not in ("kind", "name")
         ]

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from statewise.db.base import validate_id
+from statewise.agent.service import validate_id
 from statewise.exceptions import RunNotFoundError
 from statewise.fleet import Fleet, RunStatus
 from statewise.server._auth import Principal

@@ -8,32 +8,52 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewise.agent.sessions import StateRead, aread_session_state, read_session_state
-from statewise.db.base import BaseDb
-from statewise.db.records import SessionRecord
-from statewise.db.store import StateStore
+from statewise import Agent, Sessions, Team, Workflow
+from statewise.agent.service import BaseDb, SessionRecord, StateRead
 from statewise.exceptions import ConfigurationError, SessionNotFoundError, StatewiseError
 from statewise.server._errors import Problem
 
 KINDS = ("agents", "teams", "workflows")
+KIND_NAMES = {"agents": "agent", "teams": "team", "workflows": "workflow"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$")
 
 
 def kind_of(obj: Any) -> str:
-    """'agents', 'teams' or 'workflows', from the object's `_kind` ("agent", ...)."""
-    kind = f"{getattr(obj, '_kind', 'agent')}s"
-    if kind not in KINDS:
-        raise ConfigurationError(f"cannot serve {obj!r}: unknown kind {kind!r}")
-    return kind
+    """'agents', 'teams' or 'workflows': what the object is (a Team is an Agent too)."""
+    if isinstance(obj, Workflow):
+        return "workflows"
+    if isinstance(obj, Team):
+        return "teams"
+    if isinstance(obj, Agent):
+        return "agents"
+    raise ConfigurationError(f"cannot serve {obj!r}: expected an Agent, Team or Workflow")
 
 
 @dataclass(eq=False)
 class Served:
+    """One served agent, team or workflow: what it is, and its sessions (the public
+    session service over its database, which every session route goes through)."""
+
     kind: str
     name: str
     obj: Any
     default_user: str | None = None
     default_run_timeout: float | None = None  # the server's, for objects that set none
+    sessions: Sessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = Sessions.of(self.obj)
+
+    @property
+    def kind_name(self) -> str:
+        """'agent', 'team' or 'workflow'."""
+        return KIND_NAMES[self.kind]
+
+    @property
+    def pausable(self) -> bool:
+        """Whether its runs pause for approvals and client-side tools (agents and teams;
+        a workflow's steps run their own agents)."""
+        return self.kind != "workflows"
 
     @property
     def run_timeout(self) -> float | None:
@@ -43,32 +63,12 @@ class Served:
         return own if own is not None else self.default_run_timeout
 
     @property
-    def store(self) -> StateStore:
-        store: StateStore = self.obj._store
-        return store
-
-    @property
     def db(self) -> BaseDb:
-        return self.store.db
+        return self.sessions.db
 
     @property
     def app_name(self) -> str | None:
         return getattr(self.obj, "app_name", None)
-
-    @property
-    def secret_keys(self) -> frozenset[str]:
-        """The keys to hide: declared by what is served or recorded as secret in the
-        data by any agent of the app."""
-        if self.app_name is None:
-            return self.store.secret_keys
-        return self.store.app_secret_keys(self.app_name)
-
-    def secret_keys_of(self, output: Any) -> frozenset[str]:
-        """The keys to hide in a run's output: the ones its run end saw as secret
-        (declared, or in the app's registry at the very version of the output's state), so
-        answering a run reads no registry; `secret_keys` for an output without them."""
-        keys: frozenset[str] | None = getattr(output, "secret_keys", None)
-        return self.secret_keys if keys is None else keys
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -92,7 +92,7 @@ class Registry:
         items: list[tuple[str | None, Any]]
         if isinstance(apps, Mapping):
             items = list(apps.items())
-        elif hasattr(apps, "arun"):
+        elif isinstance(apps, Agent | Workflow):
             items = [(None, apps)]
         else:
             items = [(None, obj) for obj in apps]
@@ -100,10 +100,7 @@ class Registry:
             raise ConfigurationError("create_app needs at least one agent, team or workflow")
         registry = cls()
         for name, obj in items:
-            if not (hasattr(obj, "arun") and hasattr(obj, "_store")):
-                raise ConfigurationError(
-                    f"cannot serve {obj!r}: expected an Agent, Team or Workflow"
-                )
+            kind = kind_of(obj)
             name = name or getattr(obj, "name", None)
             if not name:
                 raise ConfigurationError(
@@ -114,7 +111,6 @@ class Registry:
                 if not slug:
                     raise ConfigurationError(f"cannot make a URL name out of {name!r}")
                 name = slug
-            kind = kind_of(obj)
             if (kind, name) in registry.served:
                 raise ConfigurationError(f"two {kind} are named {name!r}")
             registry.served[(kind, name)] = Served(
@@ -142,35 +138,36 @@ class Registry:
     def find_session(self, session_id: str) -> tuple[SessionRecord, Served] | None:
         """The session's record and the served object that owns it."""
         for db, first in self.databases():
-            record = db.get_session(session_id)
+            record = first.sessions.get(session_id)
             if record is not None:
                 return record, self._owner(db, record, first)
         return None
 
     def read_state(self, session_id: str) -> tuple[StateRead, Served] | None:
-        """`find_session` and the session's state, read by its owner, in one probe (two
-        when the first object served on the database is not the owner)."""
+        """`find_session` and the session's state (redacted by `Sessions`), read by its
+        owner, in one probe (two when the first object served on the database is not the
+        owner)."""
         for db, first in self.databases():
             try:
-                read = read_session_state(first.obj, session_id)
+                read = first.sessions.read_state(session_id)
             except SessionNotFoundError:
                 continue
             served = self._owner(db, read.record, first)
             if served is not first:
-                read = read_session_state(served.obj, session_id)
+                read = served.sessions.read_state(session_id)
             return read, served
         return None
 
     async def aread_state(self, session_id: str) -> tuple[StateRead, Served] | None:
-        """`read_state` for the event loop (see `aread_session_state`)."""
+        """`read_state` for the event loop (see `Sessions.aread_state`)."""
         for db, first in self.databases():
             try:
-                read = await aread_session_state(first.obj, session_id)
+                read = await first.sessions.aread_state(session_id)
             except SessionNotFoundError:
                 continue
             served = self._owner(db, read.record, first)
             if served is not first:
-                read = await aread_session_state(served.obj, session_id)
+                read = await served.sessions.aread_state(session_id)
             return read, served
         return None
 

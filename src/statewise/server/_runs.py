@@ -12,12 +12,13 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewise.db.base import validate_id
+from statewise import RunOutput, Sessions
+from statewise.agent.service import check_writable, validate_id
 from statewise.exceptions import SessionExistsError
 from statewise.server._auth import Principal
 from statewise.server._deps import caller
 from statewise.server._errors import Problem, log, problem_for
-from statewise.server._registry import Registry, Served
+from statewise.server._registry import KIND_NAMES, Registry, Served
 from statewise.server._schema import (
     AUTH,
     BODY,
@@ -28,9 +29,8 @@ from statewise.server._schema import (
     ok,
     problems,
 )
-from statewise.server._serialize import event_json, output_json, sse
+from statewise.server._serialize import event_json, needs_read, output_needs_read, sse
 from statewise.server._threads import off_loop
-from statewise.state.reserved import check_writable
 
 Kind = Literal["agents", "teams", "workflows"]
 MAX_INPUT_CHARS = 100_000
@@ -63,7 +63,9 @@ def _served(registry: Registry, kind: str, name: str) -> Served:
     served = registry.get(kind, name)
     if served is None:
         known = ", ".join(f"{s.kind}/{s.name}" for s in registry.all())
-        raise Problem(404, f"no {kind[:-1]} named {name!r} here; this server serves: {known}")
+        raise Problem(
+            404, f"no {KIND_NAMES.get(kind, kind)} named {name!r} here; this server serves: {known}"
+        )
     return served
 
 
@@ -176,9 +178,8 @@ async def _disconnect(request: Request) -> None:
 
 
 async def _event_stream(served: Served, events: AsyncIterator[Any]) -> StreamingResponse:
-    secrets = await off_loop(lambda: served.secret_keys)  # a database read
     return StreamingResponse(
-        _stream(events, secrets),
+        _stream(events, served.sessions),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -214,12 +215,7 @@ async def create_run(
         )
     except ClientGone as exc:
         raise Problem(CLIENT_GONE, str(exc), title="Client closed request") from None
-    if output.secret_keys is not None and output.session_state_if_loaded() is not None:
-        data = output_json(output, output.secret_keys)  # no read: no hop off the loop
-    else:
-        # `session_state` reads stored state, or the output has no secret keys of its
-        # own (a workflow's) and the app's registry is read.
-        data = await off_loop(lambda: output_json(output, served.secret_keys_of(output)))
+    data = await output_json(served.sessions, output)
     return JSONResponse(data, headers={"Location": f"/v1/sessions/{session_id}"})
 
 
@@ -246,12 +242,23 @@ async def stream_run(
     return await _event_stream(served, events)
 
 
-async def _stream(events: AsyncIterator[Any], secrets: frozenset[str]) -> AsyncIterator[bytes]:
+async def output_json(sessions: Sessions, output: RunOutput) -> dict[str, Any]:
+    """A run's output as `Sessions` gives it (redacted by its session's data), read off
+    the loop when that needs the database (see `needs_read`)."""
+    if output_needs_read(output):
+        return await off_loop(sessions.output_json, output)
+    return sessions.output_json(output)
+
+
+async def _stream(events: AsyncIterator[Any], sessions: Sessions) -> AsyncIterator[bytes]:
     n = 0
     try:
         async for event in events:
             n += 1
-            data = event_json(event, secrets)
+            if needs_read(event):
+                data = await off_loop(event_json, event, sessions)
+            else:
+                data = event_json(event, sessions)
             yield sse(data["event"], data, n)
     except Exception as exc:
         problem = problem_for(exc)

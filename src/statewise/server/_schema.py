@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
-from statewise.state.secrets import REDACTED
+from statewise.agent.service import REDACTED
 
 if TYPE_CHECKING:
     from statewise.server._registry import Registry
@@ -162,10 +162,10 @@ def state_components(registry: Registry) -> dict[str, Any]:
         js.pop("required", None)
         js["title"] = prefix
         js["description"] = (
-            f"The state of {served.kind[:-1]} {served.name!r}'s sessions (its state_schema)."
+            f"The state of {served.kind_name} {served.name!r}'s sessions (its state_schema)."
         )
         properties = js.setdefault("properties", {})
-        for key in served.secret_keys:
+        for key in served.sessions.secret_keys(served.app_name or "default"):
             properties[key] = {
                 "const": REDACTED,
                 "type": "string",
@@ -366,6 +366,12 @@ class Commit(BaseModel):
 class History(BaseModel):
     session_id: str
     history: list[Commit]
+    next_after_version: int | None = Field(
+        default=None, description="The next page forward: `after_version=` this (None: last)"
+    )
+    next_before: int | None = Field(
+        default=None, description="Paging back: the next older page is `before=` this"
+    )
 
 
 class Change(BaseModel):

@@ -1,21 +1,16 @@
-"""Turn run events, outputs and stored records into JSON, with secrets redacted."""
+"""Turn run events, outputs and stored records into JSON. Nothing here redacts: what it is
+given comes from `statewise.Sessions`, whose reads (and run outputs) are redacted by the
+session's own data."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from statewise.run.output import RunOutput
-from statewise.state.secrets import (
-    REDACTED,
-    mask_json,
-    redact,
-    redact_op_value,
-    secret_values,
-)
+from statewise import RunOutput, Sessions
+from statewise.agent.service import jsonable
 
 
 def rfc3339(timestamp: float | None) -> str | None:
@@ -33,50 +28,6 @@ def with_times(data: dict[str, Any], *keys: str) -> dict[str, Any]:
     for key in keys or ("created_at", "updated_at"):
         if key in out and isinstance(out[key], int | float):
             out[key] = rfc3339(out[key])
-    return out
-
-
-def jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return jsonable(to_dict())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: jsonable(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if not callable(getattr(value, f.name)) and not f.name.startswith("_")
-        }
-    model_dump = getattr(value, "model_dump", None)
-    if callable(model_dump):
-        return jsonable(model_dump(mode="json"))
-    return str(value)
-
-
-def redact_state(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:
-    keys = frozenset(secret_keys)
-    return redact(state, keys) if keys else dict(state)
-
-
-def redact_ops(ops: Iterable[Mapping[str, Any]], secret_keys: frozenset[str]) -> list[Any]:
-    """Ops of the session scope (paths start with the key name) with secret values hidden."""
-    return [redact_op_value(op, secret_keys) for op in ops]
-
-
-def redact_changes(
-    changes: Iterable[Mapping[str, Any]], secret_keys: frozenset[str]
-) -> list[dict[str, Any]]:
-    out = []
-    for change in changes:
-        path = change.get("path") or [None]
-        if path[0] in secret_keys:
-            change = {k: (REDACTED if k in ("before", "after") else v) for k, v in change.items()}
-        out.append(dict(change))
     return out
 
 
@@ -104,61 +55,33 @@ def refine_list_changes(changes: Iterable[Mapping[str, Any]]) -> list[dict[str, 
     return out
 
 
-def redact_export_line(line: dict[str, Any], secret_keys: frozenset[str]) -> dict[str, Any]:
-    if line.get("type") == "delta" and line.get("scope") == "session":
-        line = {
-            **line,
-            "segments": [
-                {**s, "ops": redact_ops(s.get("ops", []), secret_keys)}
-                for s in line.get("segments", [])
-            ],
-        }
-    return line
-
-
-def output_content(output: RunOutput) -> Any:
-    """A run's answer as JSON, its session's secret values masked (see `output_json`)."""
-    keys = output.secret_keys or frozenset()
-    values = secret_values(output.session_state, keys) if keys else ()
-    return mask_json(jsonable(output.content), values)
-
-
-def output_json(output: RunOutput, secret_keys: frozenset[str]) -> dict[str, Any]:
-    """A run's output as JSON. The keys hidden are the ones its own data marks secret
-    (`output.secret_keys`, from the session's app) as well as `secret_keys`."""
-    if output.secret_keys:
-        secret_keys = secret_keys | output.secret_keys
-    state = output.session_state
-    values = secret_values(state, secret_keys) if secret_keys else ()
-    return {
-        "run_id": output.run_id,
-        "session_id": output.session_id,
-        "user_id": output.user_id,
-        "agent_name": output.agent_name,
-        "status": output.status,
-        "pending_tool_calls": mask_json(
-            jsonable([p.to_dict() for p in output.pending_tool_calls]), values
-        ),
-        "content": mask_json(jsonable(output.content), values),
-        "metrics": output.metrics.to_dict(),
-        "conflicts": mask_json(jsonable(output.conflicts), values),
-        "session_state": redact_state(state, secret_keys),
-    }
-
-
-def event_json(event: Any, secret_keys: frozenset[str]) -> dict[str, Any]:
-    """A run event as JSON: its fields, `event` naming its type."""
+def event_json(event: Any, sessions: Sessions) -> dict[str, Any]:
+    """A run event as JSON: its fields, `event` naming its type; a run's output as
+    `sessions` gives it (redacted). A final output may read stored state: call this off
+    the event loop for it (see `needs_read`)."""
     output = getattr(event, "output", None)
     if isinstance(output, RunOutput):
         return {
             "event": getattr(event, "event", "run_completed"),
-            "output": output_json(output, secret_keys),
+            "output": sessions.output_json(output),
         }
     data = jsonable(event)
     if not isinstance(data, dict):
         data = {"value": data}
     data.setdefault("event", getattr(event, "event", type(event).__name__))
     return data
+
+
+def needs_read(event: Any) -> bool:
+    """Whether turning `event` into JSON reads the database (see `output_needs_read`)."""
+    output = getattr(event, "output", None)
+    return isinstance(output, RunOutput) and output_needs_read(output)
+
+
+def output_needs_read(output: RunOutput) -> bool:
+    """Whether `Sessions.output_json` reads the database for this output: its run did
+    not keep its state, or the keys it saw as secret."""
+    return output.secret_keys is None or output.session_state_if_loaded() is None
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
@@ -168,3 +91,15 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     lines.extend(f"data: {line}" for line in payload.splitlines() or [""])
     return ("\n".join(lines) + "\n\n").encode()
+
+
+__all__ = [
+    "event_json",
+    "jsonable",
+    "needs_read",
+    "output_needs_read",
+    "refine_list_changes",
+    "rfc3339",
+    "sse",
+    "with_times",
+]

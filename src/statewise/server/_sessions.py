@@ -1,6 +1,10 @@
 """Sessions: list, read, delete; state read and version-checked writes; events, history,
 diffs, rollback, fork and export. Other users' sessions answer 404, as if absent.
 
+Every route goes through the public session service (`statewise.Sessions`) of the object
+that owns the session, whose reads come back redacted by the session's own data: nothing
+here redacts.
+
 The routes are plain functions: FastAPI runs them in its thread pool, so a database that
 blocks (PostgreSQL, Redis) never stalls the event loop that streams runs. The state GET,
 which clients poll during runs, is async and makes its one hop itself.
@@ -8,6 +12,7 @@ which clients poll during runs, is async and makes its one hop itself.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -19,15 +24,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewise.agent.sessions import (
-    StateRead,
-    merge_patch_session_state,
-    read_session_state,
-    replace_session_state,
-    session_version,
-)
-from statewise.db.base import validate_id
-from statewise.db.records import RunRecord, ScopeKey, SessionRecord
+from statewise.agent.service import RunRecord, SessionRecord, StateRead, validate_id
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
@@ -49,16 +46,7 @@ from statewise.server._schema import (
     ok,
     problems,
 )
-from statewise.server._serialize import (
-    jsonable,
-    redact_changes,
-    redact_export_line,
-    redact_ops,
-    redact_state,
-    refine_list_changes,
-    rfc3339,
-    with_times,
-)
+from statewise.server._serialize import jsonable, refine_list_changes, rfc3339, with_times
 
 router = APIRouter(tags=["sessions"])
 
@@ -92,21 +80,15 @@ def _seen(
     return found
 
 
-def _state_body(
-    session_id: str, state: dict[str, Any], version: int, secret_keys: frozenset[str]
-) -> JSONResponse:
+def _state_body(session_id: str, state: dict[str, Any], version: int) -> JSONResponse:
     return JSONResponse(
-        {
-            "session_id": session_id,
-            "version": version,
-            "state": redact_state(state, secret_keys),
-        },
+        {"session_id": session_id, "version": version, "state": state},
         headers={"ETag": f'"{version}"'},
     )
 
 
 def _read_body(read: StateRead) -> JSONResponse:
-    return _state_body(read.record.session_id, read.state, read.version, read.secret_keys)
+    return _state_body(read.record.session_id, read.state, read.version)
 
 
 def _parse_if_match(value: str | None) -> int | None:
@@ -137,7 +119,7 @@ def _version_ref(value: int | str | None, what: str) -> int | str | None:
 
 def _check_version(served: Served, session_id: str, ref: int | str | None, what: str) -> None:
     if isinstance(ref, int):
-        current = session_version(served.obj, session_id)
+        current = served.sessions.version(session_id)
         if ref > current:
             raise Problem(
                 422,
@@ -253,13 +235,13 @@ def list_sessions(
 )
 def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONResponse:
     read, served = _read(registry, principal, session_id)
-    runs = served.db.read_runs(session_id)
+    runs = served.sessions.runs(session_id)
     return JSONResponse(
         {
             "session": with_times(read.record.to_dict()),
             "served_by": served.describe(),
             "version": read.version,
-            "state": redact_state(read.state, read.secret_keys),
+            "state": read.state,
             "runs": [_run_summary(r) for r in runs],
         },
         headers={"ETag": f'"{read.version}"'},
@@ -275,7 +257,7 @@ def get_session(session_id: SessionId, registry: Reg, principal: Who) -> JSONRes
 )
 def delete_session(session_id: SessionId, registry: Reg, principal: Who) -> Response:
     _record, served = _session(registry, principal, session_id)
-    served.store.delete_session(session_id)
+    served.sessions.delete(session_id)
     return Response(status_code=204)
 
 
@@ -292,8 +274,7 @@ def get_run(
     principal: Who,
 ) -> dict[str, Any]:
     _record, served = _session(registry, principal, session_id)
-    validate_id(run_id, "run_id")
-    run = served.db.get_run(session_id, run_id)
+    run = served.sessions.run(session_id, run_id)
     if run is None:
         raise Problem(404, f"session {session_id!r} has no run {run_id!r}", title="Run not found")
     return {**_run_summary(run), "messages": jsonable(run.messages)}
@@ -344,8 +325,8 @@ def put_state(
     _record, served = _session(registry, principal, session_id)
     principal.check_shared_write(state, "this PUT")
     expected = _parse_if_match(if_match)
-    new_state, version = replace_session_state(served.obj, session_id, state, if_version=expected)
-    return _state_body(session_id, new_state, version, served.secret_keys)
+    new_state, version = served.sessions.replace_state(session_id, state, if_version=expected)
+    return _state_body(session_id, new_state, version)
 
 
 @router.patch(
@@ -370,10 +351,8 @@ def patch_state(
     _record, served = _session(registry, principal, session_id)
     principal.check_shared_write(patch, "this PATCH")
     expected = _parse_if_match(if_match)
-    new_state, version = merge_patch_session_state(
-        served.obj, session_id, patch, if_version=expected
-    )
-    return _state_body(session_id, new_state, version, served.secret_keys)
+    new_state, version = served.sessions.merge_patch_state(session_id, patch, if_version=expected)
+    return _state_body(session_id, new_state, version)
 
 
 # ---- history -----------------------------------------------------------------------------
@@ -399,9 +378,7 @@ def list_events(
     _record, served = _session(registry, principal, session_id)
     if after is None and before is None:
         after = 0
-    if run_id is not None:
-        validate_id(run_id, "run_id")
-    events = served.db.read_events(
+    events = served.sessions.events(
         session_id, after=after, before=before, limit=limit, run_id=run_id
     )
     return {
@@ -410,26 +387,43 @@ def list_events(
     }
 
 
+HISTORY_PAGE = 100
+
+
 @router.get(
     "/v1/sessions/{session_id}/history",
-    summary="Every commit of the session's state",
+    summary="The commits of the session's state, a page at a time",
+    description="Oldest first. `after_version` pages forward from a version (the next "
+    "page starts after `next_after_version`); `before` pages back from a version (the "
+    "next older page is `before=next_before`). Without either, the first page.",
     response_model=None,
-    responses={**ok(History, "The commits, oldest first"), **problems(*SESSION)},
+    responses={**ok(History, "A page of commits, oldest first"), **problems(*SESSION)},
 )
 def get_history(
     session_id: SessionId,
     registry: Reg,
     principal: Who,
     after_version: Annotated[int, Query(ge=0, le=2**62)] = 0,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE)] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=2**62, description="Commits before this version")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = HISTORY_PAGE,
 ) -> dict[str, Any]:
     _record, served = _session(registry, principal, session_id)
-    secrets = served.secret_keys
-    history = served.obj.get_state_history(session_id, limit=limit, after_version=after_version)
-    for entry in history:
-        entry["ops"] = redact_ops(entry["ops"], secrets)
-        entry["conflicts"] = redact_changes(entry["conflicts"], secrets)
-    return {"session_id": session_id, "history": [with_times(e) for e in jsonable(history)]}
+    history = served.sessions.get_state_history(
+        session_id, limit=limit, after_version=after_version, before=before
+    )
+    full = len(history) == limit
+    return {
+        "session_id": session_id,
+        "history": [with_times(e) for e in jsonable(history)],
+        "next_after_version": history[-1]["version"] if full and before is None else None,
+        "next_before": (
+            history[0]["version"]
+            if before is not None and history and history[0]["version"] > after_version + 1
+            else None
+        ),
+    }
 
 
 @router.get(
@@ -456,12 +450,8 @@ def get_diff(
     end: int | str | None
     if run is not None:
         validate_id(run, "run")
-        versions = [
-            d.version
-            for d in served.db.read_deltas(ScopeKey("session", session_id))
-            if d.run_id == run
-        ]
-        if not versions and served.db.get_run(session_id, run) is None:
+        versions = served.sessions.run_versions(session_id, run)
+        if not versions and served.sessions.run(session_id, run) is None:
             raise Problem(404, f"session {session_id!r} has no run {run!r}", title="Run not found")
         if not versions:
             return {"session_id": session_id, "run": run, "from": None, "to": None, "changes": []}
@@ -471,13 +461,13 @@ def get_diff(
         end = _version_ref(to, "to") if to else None
         _check_version(served, session_id, start, "from")
         _check_version(served, session_id, end, "to")
-    changes = served.obj.diff_state(session_id, from_=start, to=end)
+    changes = served.sessions.diff_state(session_id, from_=start or 0, to=end)
     return {
         "session_id": session_id,
         "run": run,
         "from": start,
         "to": end,
-        "changes": jsonable(refine_list_changes(redact_changes(changes, served.secret_keys))),
+        "changes": jsonable(refine_list_changes(changes)),
     }
 
 
@@ -514,8 +504,8 @@ def rollback(
     to = _version_ref(body.to, "to")
     assert to is not None
     _check_version(served, session_id, to, "to")
-    served.obj.rollback_state(session_id, to=to, include_shared=body.include_shared)
-    return _read_body(read_session_state(served.obj, session_id))
+    served.sessions.rollback_state(session_id, to=to, include_shared=body.include_shared)
+    return _read_body(served.sessions.read_state(session_id))
 
 
 class ForkBody(BaseModel):
@@ -544,14 +534,14 @@ def fork(
     new_id = validate_id(body.new_session_id) if body.new_session_id else str(uuid.uuid4())
     if registry.find_session(new_id) is not None:
         raise Problem(409, f"session {new_id!r} already exists", title="Session exists")
-    served.obj.fork_session(session_id, at=at, new_session_id=new_id)
-    read = read_session_state(served.obj, new_id)
+    served.sessions.fork_session(session_id, at=at, new_session_id=new_id)
+    read = served.sessions.read_state(new_id)
     return JSONResponse(
         {
             "session_id": new_id,
             "forked_from": session_id,
             "version": read.version,
-            "state": redact_state(read.state, read.secret_keys),
+            "state": read.state,
         },
         status_code=201,
         headers={"Location": f"/v1/sessions/{new_id}"},
@@ -578,12 +568,24 @@ def fork(
 )
 def export(session_id: SessionId, registry: Reg, principal: Who) -> StreamingResponse:
     _record, served = _session(registry, principal, session_id)
-    secrets = served.secret_keys
-    lines = list(served.db.export_session(session_id))
+    lines = served.sessions.iter_export(session_id)  # redacted, read a page at a time
+    first = next(lines)  # a session deleted meanwhile answers 404 here, not mid-stream
 
     def body() -> Iterator[bytes]:
-        for line in lines:
-            yield (json.dumps(jsonable(redact_export_line(line, secrets))) + "\n").encode()
+        # Starlette iterates a plain iterator in its thread pool, a hop per item: whole
+        # lines are sent in chunks of about EXPORT_CHUNK bytes, so a long session streams
+        # out in constant memory without a hop per line.
+        chunk: list[bytes] = []
+        size = 0
+        for line in itertools.chain([first], lines):
+            data = (json.dumps(jsonable(line)) + "\n").encode()
+            chunk.append(data)
+            size += len(data)
+            if size >= EXPORT_CHUNK:
+                yield b"".join(chunk)
+                chunk, size = [], 0
+        if chunk:
+            yield b"".join(chunk)
 
     return StreamingResponse(
         body(),
@@ -592,6 +594,9 @@ def export(session_id: SessionId, registry: Reg, principal: Who) -> StreamingRes
             "Content-Disposition": f'attachment; filename="session-{_safe(session_id)}.jsonl"'
         },
     )
+
+
+EXPORT_CHUNK = 64 * 1024
 
 
 def _safe(name: str) -> str:

@@ -11,8 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from statewise.db import BaseDb
-from statewise.db.url import resolve_db
+from statewise.agent.service import BaseDb, resolve_db
 from statewise.exceptions import ConfigurationError
 from statewise.fleet import Fleet
 from statewise.run.deadline import check_run_timeout

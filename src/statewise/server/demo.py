@@ -8,12 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from statewise.agent.agent import Agent
-from statewise.db.base import BaseDb
-from statewise.db.url import resolve_db
+from statewise import Agent, Step, Workflow
+from statewise.agent.service import BaseDb, resolve_db
 from statewise.demo import INSTRUCTIONS, add_item, list_items, remove_item, shopping_list_model
-from statewise.models.function import FunctionModel
-from statewise.workflow import Step, Workflow
+from statewise.models import FunctionModel
 
 DEFAULT_DB = "sqlite:///tmp/statewise_demo.db"
 

@@ -2,6 +2,15 @@
 
 Encrypted values are stored as a JSON marker `{"$secret": "<fernet token>"}`, so stored
 state stays plain JSON and a reader can tell an encrypted value from a normal dict.
+
+What a redacted value looks like, and how each kind of record is redacted, is written
+here once (`REDACTED`, `Redaction`). Where it is applied is the boundary where data
+leaves the engine: on the way in, the commit codec (`db/state_codec.py`) masks secret
+values in what a commit stores and the event emitter in what a run streams; on the way
+out, every read of the public session service (`statewise.Sessions`) returns data
+already redacted by a `Redaction` built from the session's own data (its app's secret
+registry), whoever asks. The HTTP server, the page and the command line redact nothing
+themselves.
 """
 
 from __future__ import annotations
@@ -9,20 +18,23 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from statewise.exceptions import MissingDependencyError, SecretsError
+from statewise.exceptions import MissingDependencyError, SecretsError, StateConflictError
 
 __all__ = [
     "MARKER",
     "REDACTED",
     "REGISTRY_KEY",
     "Cipher",
+    "Redaction",
     "is_encrypted",
     "mask_json",
     "mask_text",
     "redact",
     "redact_conflict",
+    "redact_conflict_error",
     "redact_op_value",
     "registered_secrets",
     "secret_values",
@@ -117,6 +129,14 @@ def redact_conflict(conflict: Mapping[str, Any], secret_keys: Iterable[str]) -> 
     return dict(conflict)
 
 
+def redact_conflict_error(
+    error: StateConflictError, secret_keys: Iterable[str]
+) -> StateConflictError:
+    """A `strict` conflict's error with both values shown as the marker when its key is
+    secret (the error's text goes wherever errors go); the same error otherwise."""
+    return error.masked(REDACTED) if error.key in frozenset(secret_keys) else error
+
+
 def redact(state: Mapping[str, Any], secret_keys: Iterable[str]) -> dict[str, Any]:
     """A shallow copy with the secret keys' values replaced by "***"."""
     secrets = frozenset(secret_keys)
@@ -183,3 +203,67 @@ def _mask(data: Any, values: tuple[str, ...]) -> tuple[Any, bool]:
             return [v for v, _ in pairs], True
         return data, False
     return data, False
+
+
+_CHANGE_FIELDS = ("base", "theirs", "ours", "resolved", "before", "after")
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """How one session's data is redacted on its way out of the engine: `keys` are the
+    secret keys its data records (their values read as `REDACTED` in states, ops,
+    conflicts and diffs), `values` the secret texts it holds now (masked wherever they
+    appear in free JSON: answers, messages, tool arguments)."""
+
+    keys: frozenset[str] = frozenset()
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, state: Mapping[str, Any], keys: Iterable[str], *, by_value: bool = True
+    ) -> Redaction:
+        """The redaction of a (merged) state: its secret keys and, with `by_value`, the
+        secret texts their values hold."""
+        secrets = frozenset(keys)
+        return cls(secrets, secret_values(state, secrets) if secrets and by_value else ())
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.values)
+
+    def state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """A state with each secret key's value shown as the marker."""
+        return redact(state, self.keys) if self.keys else dict(state)
+
+    def op(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        """A stored op (path from the top-level key) with a secret or encrypted value hidden."""
+        return redact_op_value(op, self.keys)
+
+    def change(self, change: Mapping[str, Any]) -> dict[str, Any]:
+        """A conflict record or a diff change with a secret key's values hidden."""
+        return redact_conflict(change, self.keys)
+
+    def delta(self, delta: Mapping[str, Any]) -> dict[str, Any]:
+        """A delta as a dict (`ops` and/or `segments`, `conflicts`) with secrets hidden."""
+        out = dict(delta)
+        if "ops" in out:
+            out["ops"] = [self.op(op) for op in out["ops"]]
+        if "segments" in out:
+            out["segments"] = [
+                {**seg, "ops": [self.op(op) for op in seg.get("ops", [])]}
+                for seg in out["segments"]
+            ]
+        if "conflicts" in out:
+            out["conflicts"] = [self.change(c) for c in out["conflicts"]]
+        return out
+
+    def json(self, data: Any) -> Any:
+        """JSON data with the secret texts masked in every string (keys included)."""
+        return mask_json(data, self.values)
+
+    def export_line(self, line: Mapping[str, Any]) -> dict[str, Any]:
+        """One export record: a delta of the session's own scope with its secret values
+        hidden, any other record with the secret texts masked."""
+        if line.get("type") == "delta" and line.get("scope") == "session":
+            return self.delta(line)
+        masked: dict[str, Any] = self.json(dict(line))
+        return masked

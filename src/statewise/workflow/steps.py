@@ -14,7 +14,7 @@ from typing import Any
 from statewise.agent.agent import Agent
 from statewise.db.records import NewEvent
 from statewise.db.store import scope_of
-from statewise.exceptions import ConfigurationError, RunError
+from statewise.exceptions import ConfigurationError, RunError, StateConflictError
 from statewise.run.callbacks import call_with_available
 from statewise.run.deadline import bounded
 from statewise.run.driver import run_nested, typed_answer
@@ -23,6 +23,7 @@ from statewise.run.events import RunEvent, StepCompleted, StepStarted
 from statewise.run.loop import StepsResult
 from statewise.state.merge import rebase
 from statewise.state.ops import Op, apply_op
+from statewise.state.secrets import redact_conflict_error
 from statewise.state.tracked import TrackedDict, to_plain
 from statewise.team import Team
 from statewise.tools._introspect import callable_name
@@ -434,9 +435,14 @@ class Parallel:
         root = ex.scope.working.root
         merged = {k: to_plain(v) for k, v in dict.items(root)}
         applied: list[Op] = []
+        secrets = store.secret_keys_in(root)  # the data's own secret keys
         for step, branch in zip(self.steps, branches, strict=True):
             ops = branch.scope.working.recorder.drain()
-            result = rebase(merged, applied, ops, store.rules)
+            try:
+                result = rebase(merged, applied, ops, store.rules)
+            except StateConflictError as exc:
+                # Its text goes wherever errors go (responses, run records, logs, spans).
+                raise redact_conflict_error(exc, secrets) from None
             for op in result.ops:
                 _replay(root, op)
             ex.scope.working.mark(f"parallel:{self.name}/{step.name}")
@@ -445,7 +451,7 @@ class Parallel:
             for conflict in result.conflicts:
                 data = conflict.to_json()
                 key = str(conflict.path[0])
-                if key in store.secret_keys_in(root):
+                if key in secrets:
                     data = {"path": data["path"], "rule": data["rule"]}
                 data = {"scope": scope_of(key)[0], "step": self.name, "branch": step.name, **data}
                 ex.scope.conflicts.append(data)

@@ -1,4 +1,5 @@
-"""AG-UI state sync: the frontend's edits merged as a writer, snapshot, deltas from ops.
+"""Frontend state sync (what the server's AG-UI route uses, through `Sessions.frontend`):
+a frontend's edits merged as a writer, a redacted snapshot, deltas from the stored ops.
 
 **What the frontend last saw.** Every AG-UI run ends by recording, in the session's
 event log, the state versions the frontend was brought to (an `agui_synced` event). The
@@ -22,15 +23,12 @@ last sent (the run's own and any other writer's) and turns them into JSON Patch 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statewise.db.records import NewEvent, ScopeKey, SessionRecord
-from statewise.db.store import SessionSpec, owned_spec, scope_of
-from statewise.server._auth import Principal
-from statewise.server._errors import Problem
-from statewise.server._registry import Served
+from statewise.db.store import SessionSpec, StateStore, owned_spec, scope_of
+from statewise.exceptions import ReservedKeyError, StateError, TempScopeError
 from statewise.state.edits import fill_missing, replay_edits
 from statewise.state.jsonpatch import PatchMirror
 from statewise.state.ops import Op
@@ -39,7 +37,6 @@ from statewise.state.secrets import REDACTED
 from statewise.state.tracked import to_plain
 
 SYNC_EVENT = "agui_synced"
-_RESERVED = re.compile(r"^__.*__$")
 _PREFIX = {"session": "", "user": "user:", "app": "app:"}
 
 
@@ -53,22 +50,47 @@ def _versions_json(versions: Mapping[ScopeKey, int]) -> dict[str, int]:
     return {key.kind: version for key, version in versions.items()}
 
 
-class StateSync:
-    """One AG-UI request's view of a session's state."""
+def check_frontend_state(state: Any) -> None:
+    """A frontend's `state` writes no engine key (`__x__`) and no run-only `temp:` key."""
+    if not isinstance(state, dict):
+        raise StateError(f"state must be a JSON object, got {type(state).__name__}")
+    for key in state:
+        if is_reserved(key):
+            raise ReservedKeyError(f"state key {key!r} is reserved and cannot be written")
+        if key.startswith("temp:"):
+            raise TempScopeError(
+                f"state key {key!r}: temp: keys live for one run and are never sent to "
+                "a frontend; pass per-run values in forwardedProps"
+            )
 
-    def __init__(self, served: Served, spec: SessionSpec, record: SessionRecord | None) -> None:
-        self.served = served
-        self.store = served.store
-        self.db = served.db
+
+class FrontendSync:
+    """One frontend request's view of a session's state (`record` is None for a session
+    the request will create). Versions cross this boundary as `{scope: version}` with
+    scopes "session", "user" and "app"."""
+
+    def __init__(self, store: StateStore, spec: SessionSpec, record: SessionRecord | None) -> None:
+        self.store = store
+        self.db = store.db
         self.spec = spec
         self.record = record
         self.keys = spec.scope_keys()
         self.mirror: PatchMirror | None = None
-        self.sent: dict[ScopeKey, int] = {}
+        self._sent: dict[ScopeKey, int] = {}
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """The scopes a frontend's versions name."""
+        return tuple(key.kind for key in self.keys)
+
+    @property
+    def sent(self) -> dict[str, int]:
+        """The versions the frontend was last brought to by this request."""
+        return _versions_json(self._sent)
 
     # ---- the frontend's edits ------------------------------------------------------------
 
-    def last_synced(self) -> tuple[dict[ScopeKey, int], int] | None:
+    def last_synced(self) -> tuple[dict[str, int], int] | None:
         """The versions the frontend of this thread was last brought to, and how many
         messages the thread had then."""
         if self.record is None:
@@ -78,33 +100,29 @@ class StateSync:
             return None
         data = events[-1].data
         raw = data.get("versions") or {}
-        versions = {key: int(raw.get(key.kind, 0)) for key in self.keys}
+        versions: dict[str, int] = {key.kind: int(raw.get(key.kind, 0)) for key in self.keys}
         return versions, int(data.get("messages", 0))
 
     def merge_client_state(
-        self, state: Any, principal: Principal, synced: dict[ScopeKey, int] | None
+        self,
+        state: Any,
+        synced: Mapping[str, int] | None,
+        check_shared: Callable[[list[str]], None],
     ) -> list[dict[str, Any]]:
-        """Commit what the frontend changed in `state`; returns the conflicts recorded."""
+        """Commit what the frontend changed in `state`; returns the conflicts recorded.
+        `check_shared` is handed the `app:` keys the edits write (shared by every user
+        of the app) and raises if the caller may not write them."""
         if state is None or state == {}:
             return []
-        if not isinstance(state, dict):
-            raise Problem(422, f"state must be a JSON object, got {type(state).__name__}")
-        for key in state:
-            if _RESERVED.match(key):
-                raise Problem(422, f"state key {key!r} is reserved and cannot be written")
-            if key.startswith("temp:"):
-                raise Problem(
-                    422,
-                    f"state key {key!r}: temp: keys live for one run and are never sent to "
-                    "a frontend; pass per-run values in forwardedProps",
-                )
+        check_frontend_state(state)
         if self.record is None:
             # A new session: the run starts from this state (see the route).
-            self._check_shared(sorted(k for k in state if scope_of(k)[0] == "app"), principal)
+            check_shared(sorted(k for k in state if scope_of(k)[0] == "app"))
             return []
+        at = None if synced is None else {k: int(synced.get(k.kind, 0)) for k in self.keys}
         # Opened at the versions the frontend saw: its edits rebase like any writer's
         # (versions the session never had are an InvalidInputError, a 422).
-        with self.store.begin(self.spec, mode="existing", at_versions=synced) as txn:
+        with self.store.begin(self.spec, mode="existing", at_versions=at) as txn:
             secrets = self.store.secret_keys_in(txn.state)  # the data's, not the served app's
             base_view = {
                 key: REDACTED if key in secrets else to_plain(value)
@@ -122,15 +140,14 @@ class StateSync:
                 )
             if not txn.has_changes:
                 return []
-            self._check_shared(
+            check_shared(
                 sorted(
                     {
                         str(op.path[0])
                         for op in txn.working.recorder.ops
                         if scope_of(str(op.path[0]))[0] == "app"
                     }
-                ),
-                principal,
+                )
             )
             committed = txn.commit(
                 events=[
@@ -143,15 +160,6 @@ class StateSync:
             )
             return committed.conflicts
 
-    @staticmethod
-    def _check_shared(keys: list[str], principal: Principal) -> None:
-        if keys and not principal.admin:
-            raise Problem(
-                403,
-                f"the app: scope is shared by every user; only an admin key can change "
-                f"{', '.join(keys)}",
-            )
-
     # ---- snapshot and deltas ---------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
@@ -162,7 +170,7 @@ class StateSync:
         # The session's own app's secrets (its record's app), whoever serves it.
         secrets = self.store.app_secret_keys(self.spec.app_name) | self.store.secret_keys_in(state)
         self.mirror = PatchMirror(state, secret_keys=secrets, hidden=hidden)
-        self.sent = dict(versions)
+        self._sent = dict(versions)
         return self.mirror.snapshot()
 
     def catch_up(self) -> list[dict[str, Any]] | dict[str, Any]:
@@ -173,11 +181,11 @@ class StateSync:
         self._check_owner(record)
         ops: list[Op] = []
         for key in self.keys:
-            if versions[key] == self.sent.get(key, 0):
+            if versions[key] == self._sent.get(key, 0):
                 continue
             prefix = _PREFIX[key.kind]
             for delta in self.db.read_deltas(
-                key, after_version=self.sent.get(key, 0), upto_version=versions[key]
+                key, after_version=self._sent.get(key, 0), upto_version=versions[key]
             ):
                 for raw in delta.ops:
                     op = Op.from_json(raw)
@@ -189,7 +197,7 @@ class StateSync:
                             index=op.index,
                         )
                     ops.append(op)
-        self.sent = dict(versions)
+        self._sent = dict(versions)
         if not ops:
             return []
         try:
@@ -213,7 +221,7 @@ class StateSync:
                     NewEvent(
                         type=SYNC_EVENT,
                         run_id=run_id,
-                        data={"versions": _versions_json(self.sent), "messages": messages},
+                        data={"versions": _versions_json(self._sent), "messages": messages},
                     )
                 ],
                 source="agui:sync",

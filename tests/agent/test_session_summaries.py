@@ -229,3 +229,12 @@ def test_a_streamed_run_is_summarized_after_its_last_event(tmp_path: Path) -> No
     kinds = asyncio.run(stream())
     assert kinds[-1] == "RunCompleted"
     assert agent.get_session_summary("s1").summary == "talked about apples"  # type: ignore[union-attr]
+
+
+def test_the_session_service_reads_a_summary(tmp_path: Path) -> None:
+    from statewise import Sessions
+
+    agent = _agent(tmp_path, Script())
+    agent.run("apples", session_id="s1")
+    sessions = Sessions(f"sqlite:///{tmp_path / 's.db'}")
+    assert sessions.get_session_summary("s1").summary == "talked about apples"  # type: ignore[union-attr]

@@ -29,6 +29,7 @@ from statewise.agent.sessions import (
     read_session_state,
     replace_session_state,
 )
+from statewise.agent.summaries import SessionSummary, aread_summary
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
@@ -37,6 +38,7 @@ from statewise.db.url import resolve_db
 from statewise.exceptions import SessionNotFoundError
 from statewise.run.pause import check_answers
 from statewise.run.resume import PausedRun, paused_runs
+from statewise.run.sync import run_sync
 from statewise.state.reserved import check_writable
 from statewise.state.secrets import REDACTED, Redaction
 
@@ -343,6 +345,12 @@ class Sessions(TimeTravel):
     def run(self, session_id: str, run_id: str) -> RunRecord | None:
         """One run of the session, or None."""
         return self.db.get_run(validate_id(session_id), validate_id(run_id, "run_id"))
+
+    def get_session_summary(self, session_id: str) -> SessionSummary | None:
+        """The session's summary (with the range of runs it covers), or None before its
+        first one."""
+        self.require(session_id)
+        return run_sync(aread_summary(self._store, session_id))
 
     def frontend(
         self, session_id: str, *, user_id: str | None, record: SessionRecord | None

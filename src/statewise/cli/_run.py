@@ -58,7 +58,7 @@ def answer_pause(output: Any, decision: Decision | None, rerun: str) -> dict[str
     """The approvals for every call the paused run waits on: from --approve/--reject, or
     asked one by one when a person is at the terminal; otherwise the run stays paused and
     the command says how to answer it."""
-    from statewise.run.pause import Approval
+    from statewise import Approval
 
     calls = output.pending_tool_calls
     client = [c.tool_name for c in calls if getattr(c, "kind", "approval") == "client"]

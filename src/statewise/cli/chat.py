@@ -149,7 +149,7 @@ async def _render(events: Any, display: str) -> Any:
 
 
 def _ask(output: Any) -> dict[str, Any]:
-    from statewise.run.pause import Approval
+    from statewise import Approval
 
     approvals: dict[str, Any] = {}
     for call in output.pending_tool_calls:

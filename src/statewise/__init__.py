@@ -2,7 +2,7 @@
 never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
-from statewise.agent.service import Sessions, SessionState
+from statewise.agent.service import SessionPage, Sessions, SessionState
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -54,6 +54,7 @@ __all__ = [
     "RunOutput",
     "RunStarted",
     "Secret",
+    "SessionPage",
     "SessionState",
     "Sessions",
     "StateChanged",

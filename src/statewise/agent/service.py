@@ -16,6 +16,7 @@ from typing import Any
 
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
+from statewise.db.listing import SessionPage
 from statewise.db.records import RunRecord, ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
@@ -102,9 +103,32 @@ class Sessions(TimeTravel):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, most recently updated first."""
-        return self.db.list_sessions(user_id=user_id, app_name=app_name, limit=limit, offset=offset)
+        """Sessions, most recently updated first (ties by id). `offset` skips that many,
+        at a cost that grows with it (the database reads what it skips); to go deep, page
+        with `list_page` and its cursors, whose cost does not grow with the depth."""
+        return self.db.list_sessions(
+            user_id=user_id, app_name=app_name, limit=limit, offset=offset, cursor=cursor
+        )
+
+    def list_page(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> SessionPage:
+        """A page of sessions, most recently updated first, and the cursor of the next page
+        (`next_cursor`, None on the last): pass it back as `cursor`. Each session not
+        updated during the walk is listed exactly once; one updated meanwhile moves to the
+        front and is listed at most once (see `statewise.db.listing`). `offset` skips
+        that many more, at a cost that grows with it."""
+        return self.db.list_session_page(
+            user_id=user_id, app_name=app_name, limit=limit, cursor=cursor, offset=offset
+        )
 
     def get(self, session_id: str) -> SessionRecord | None:
         """One session's record (owner, app, kind, times, last event), or None."""
@@ -161,4 +185,4 @@ class Sessions(TimeTravel):
         self.close()
 
 
-__all__ = ["SessionState", "Sessions"]
+__all__ = ["SessionPage", "SessionState", "Sessions"]

@@ -297,13 +297,14 @@ class BaseDb(ABC):
         app_name: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        offset: int = 0,
     ) -> SessionPage:
         """`list_sessions` as a page with the cursor of the next one (None on the last):
         one session more is read to know whether there is a next page."""
         if limit <= 0:
             return SessionPage()
         found = self.list_sessions(
-            user_id=user_id, app_name=app_name, limit=limit + 1, cursor=cursor
+            user_id=user_id, app_name=app_name, limit=limit + 1, offset=offset, cursor=cursor
         )
         return page_of(found, limit)
 

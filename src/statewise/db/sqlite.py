@@ -1318,8 +1318,22 @@ class SqliteDb(BaseDb):
         pruned = 0
         for start in range(0, len(ids), PRUNE_BATCH):
             batch = ids[start : start + PRUNE_BATCH]
-            pruned += self._write(functools.partial(self._delete_sessions, ids=batch))
+            pruned += self._write(functools.partial(self._prune_batch, ids=batch, cutoff=cutoff))
         return pruned
+
+    def _prune_batch(self, conn: sqlite3.Connection, ids: Sequence[str], cutoff: float) -> int:
+        """Delete the sessions of `ids` that are still not updated since the cutoff: the
+        ids were read before this transaction, and a session committed to meanwhile stays."""
+        marks = ",".join("?" * len(ids))
+        still = [
+            row[0]
+            for row in conn.execute(
+                f"SELECT session_id FROM {self.table_prefix}sessions "
+                f"WHERE session_id IN ({marks}) AND updated_at < ?",
+                [*ids, cutoff],
+            ).fetchall()
+        ]
+        return self._delete_sessions(conn, still) if still else 0
 
     def import_records(
         self,

@@ -303,9 +303,9 @@ def timed(fn: Callable[[], Any]) -> float:
 
 def side_by_side(cells: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
     """Each cell's median time per call, over rounds that visit every cell in turn. A
-    round times a batch of calls of each cell (as many as fill about 20 ms), so a cell of
+    round times a batch of calls of each cell (as many as fill about 50 ms), so a cell of
     a fraction of a millisecond is not one timer reading at the mercy of a stray pause."""
-    batch = {name: max(1, min(200, int(0.02 / max(timed(fn), 1e-6)))) for name, fn in cells.items()}
+    batch = {name: max(1, min(500, int(0.05 / max(timed(fn), 1e-6)))) for name, fn in cells.items()}
     seen: dict[str, list[float]] = {name: [] for name in cells}
     for _ in range(rounds):
         for name, fn in cells.items():
@@ -484,7 +484,7 @@ def main() -> None:
         "--only", action="append", choices=["SQLite", "PostgreSQL", "Redis"], help="(repeatable)"
     )
     args = parser.parse_args()
-    small, big, runs, rounds = (100, 2_000, 300, 5) if args.quick else (1_000, 100_000, 10_000, 15)
+    small, big, runs, rounds = (100, 2_000, 300, 5) if args.quick else (1_000, 100_000, 10_000, 21)
     cache_sessions, cache_kb = (64, 190) if args.quick else (512, 190)
     tag = f"swscale_{uuid.uuid4().hex[:8]}"
     backends = [b(tag) for b in (Sqlite, Postgres, Redis) if not args.only or b.name in args.only]
@@ -505,7 +505,7 @@ def main() -> None:
             backend.cleanup()
     table = Table(
         title=f"statewise at scale: {small:,} vs {big:,} sessions (medians of {rounds} "
-        f"alternating rounds of ~20 ms batches); one session of {runs:,} runs; "
+        f"alternating rounds of ~50 ms batches); one session of {runs:,} runs; "
         f"{os.cpu_count()} cores",
         show_lines=True,
     )

@@ -2,7 +2,7 @@
 never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
-from statewise.agent.service import Sessions, SessionState
+from statewise.agent.service import SessionPage, Sessions, SessionState
 from statewise.agent.summaries import SessionSummary, SessionSummaryManager
 from statewise.run.context import RunContext
 from statewise.run.events import (
@@ -55,6 +55,7 @@ __all__ = [
     "RunOutput",
     "RunStarted",
     "Secret",
+    "SessionPage",
     "SessionState",
     "SessionSummary",
     "SessionSummaryManager",

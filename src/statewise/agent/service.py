@@ -32,6 +32,7 @@ from statewise.agent.sessions import (
 from statewise.agent.summaries import SessionSummary, aread_summary
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
+from statewise.db.listing import SessionPage, order_key, page_of
 from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
@@ -215,9 +216,32 @@ class Sessions(TimeTravel):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, most recently updated first."""
-        return self.db.list_sessions(user_id=user_id, app_name=app_name, limit=limit, offset=offset)
+        """Sessions, most recently updated first (ties by id). `offset` skips that many,
+        at a cost that grows with it (the database reads what it skips); to go deep, page
+        with `list_page` and its cursors, whose cost does not grow with the depth."""
+        return self.db.list_sessions(
+            user_id=user_id, app_name=app_name, limit=limit, offset=offset, cursor=cursor
+        )
+
+    def list_page(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> SessionPage:
+        """A page of sessions, most recently updated first, and the cursor of the next page
+        (`next_cursor`, None on the last): pass it back as `cursor`. Each session not
+        updated during the walk is listed exactly once; one updated meanwhile moves to the
+        front and is listed at most once (see `statewise.db.listing`). `offset` skips
+        that many more, at a cost that grows with it."""
+        return self.db.list_session_page(
+            user_id=user_id, app_name=app_name, limit=limit, cursor=cursor, offset=offset
+        )
 
     def get(self, session_id: str) -> SessionRecord | None:
         """One session's record (owner, app, kind, times, last event), or None."""
@@ -413,12 +437,20 @@ def _redacted(read: StateRead) -> StateRead:
     return dataclasses.replace(read, state=Redaction(read.secret_keys).state(read.state))
 
 
+def merged_listing(records: list[SessionRecord], *, offset: int, limit: int) -> SessionPage:
+    """One page of the listing of several databases, from each one's first `offset +
+    limit + 1` sessions (after the same cursor): merged in the listing order, skipping
+    `offset`, with the next page's cursor."""
+    return page_of(sorted(records, key=order_key)[offset:], limit)
+
+
 __all__ = [
     "REDACTED",
     "BaseDb",
     "FrontendSync",
     "PausedRun",
     "RunRecord",
+    "SessionPage",
     "SessionRecord",
     "SessionState",
     "Sessions",
@@ -426,6 +458,7 @@ __all__ = [
     "check_answers",
     "check_writable",
     "jsonable",
+    "merged_listing",
     "resolve_db",
     "validate_id",
 ]

@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import split_records
-from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
-from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
+from statewise.db.records import (
+    Commit,
+    DeltaRecord,
+    EventRecord,
+    NewEvent,
+    RunRecord,
+    ScopeKey,
+    SessionRecord,
+)
+from statewise.exceptions import (
+    SessionExistsError,
+    SessionNotFoundError,
+    StateError,
+    StorageError,
+)
 from statewise.state.diff import diff_states
 from statewise.state.secrets import REGISTRY_KEY, Redaction
 from statewise.state.tracked import to_plain
@@ -181,9 +195,30 @@ class TimeTravel:
                 for name, value in target.items():
                     txn.state[name] = value
             event = {"from_session": sid, "at": at, "version": version}
-            txn.commit([NewEvent(type="forked", data=event)], source=f"fork:{sid}")
-            for run in self._runs_up_to(sid, key, version):
-                txn.commit(run=dataclasses.replace(run, session_id=new_id), source=f"fork:{sid}")
+            source = f"fork:{sid}"
+            attempt = self._store.first_attempt(
+                txn.working, [NewEvent(type="forked", data=event)], None, None, None, source, None
+            )
+            runs = [
+                dataclasses.replace(run, session_id=new_id)
+                for run in self._runs_up_to(sid, key, version)
+            ]
+            records = _fork_records(attempt.commit, runs, time.time())
+            if records is None:  # (it writes a shared scope too: a commit per run, as ever)
+                self._store.land(txn.working, attempt, None)
+                for run in runs:
+                    txn.commit(run=run, source=source)
+                return new_id
+            try:
+                self._store.db.import_records(*records)
+            except StorageError:
+                if self._store.db.get_session(new_id) is not None:
+                    raise SessionExistsError(
+                        f"cannot fork into {new_id!r}: that session exists"
+                    ) from None
+                raise
+            finally:
+                txn.close(keep=False)  # (what landed was not written through it)
         return new_id
 
     def _fork_spec(self, new_id: str, source: SessionRecord | None) -> SessionSpec:
@@ -239,6 +274,43 @@ class TimeTravel:
             self._store.db.import_records(session, deltas, events, runs)
             imported.append(session.session_id)
         return imported
+
+
+def _fork_records(
+    commit: Commit, runs: list[RunRecord], now: float
+) -> tuple[SessionRecord, list[DeltaRecord], list[EventRecord], list[RunRecord]] | None:
+    """A fork's first commit (the new session, its state, its `forked` event) with the
+    runs it copies, as the records of one import: one transaction, however many runs,
+    where a commit per run made a long session's fork cost a durable write per run.
+    None when the commit writes a scope other than the session's own (an import writes
+    only that one)."""
+    session = commit.session
+    sid = session.session_id
+    if any(write.key != ScopeKey("session", sid) for write in commit.writes):
+        return None
+    record = dataclasses.replace(
+        session, created_at=now, updated_at=now, last_seq=len(commit.events)
+    )
+    deltas = [
+        DeltaRecord(
+            key=write.key,
+            version=write.base_version + 1,
+            session_id=sid,
+            run_id=None,
+            step=None,
+            segments=write.segments,
+            conflicts=write.conflicts,
+            created_at=now,
+        )
+        for write in commit.writes
+    ]
+    events = [
+        EventRecord(
+            session_id=sid, seq=seq, type=e.type, data=e.data, run_id=e.run_id, created_at=now
+        )
+        for seq, e in enumerate(commit.events, start=1)
+    ]
+    return record, deltas, events, runs
 
 
 def _restore(root: Any, prefix: str, target: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from statewise.cli._errors import CliError, fail
+from statewise.cli._errors import CliError, err_console, fail
 from statewise.cli._options import DbOption, JsonOption
 from statewise.cli._state import current, need_session, open_db, unique_tails, when
 from statewise.exceptions import StatewiseError
@@ -68,20 +68,36 @@ def sessions_list(
         str | None, typer.Option("--app", help="Only this app's sessions.", show_default=False)
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many sessions.")] = 50,
-    offset: Annotated[int, typer.Option("--offset", help="Skip this many first.")] = 0,
+    offset: Annotated[
+        int,
+        typer.Option("--offset", help="Skip this many first (slower the more it skips)."),
+    ] = 0,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            "--cursor",
+            help="Start after the page that printed this cursor (as fast at any depth).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Sessions, most recently updated first."""
+    """Sessions, most recently updated first; prints the cursor of the next page."""
     with _clear_errors(), open_db(db) as sessions:
-        found = sessions.list_sessions(user_id=user, app_name=app_name, limit=limit, offset=offset)
+        page = sessions.list_page(
+            user_id=user, app_name=app_name, limit=limit, offset=offset, cursor=cursor
+        )
+    if page.next_cursor is not None:
+        # (on stderr, so that --json's stdout stays the list of sessions)
+        err_console.print(f"next page: --cursor {page.next_cursor}", markup=False, soft_wrap=True)
     if as_json:
-        _json([_record(r) for r in found])
+        _json([_record(r) for r in page.sessions])
         return
-    if not found:
+    if not page.sessions:
         console.print("no sessions")
         return
     table = Table("session", "user", "app", "kind", "updated", "events")
-    for record in found:
+    for record in page.sessions:
         table.add_row(
             record.session_id,
             record.user_id or "-",

@@ -12,6 +12,8 @@ client turns into `VersionConflict`; the whole call then rolls back.
 
 from __future__ import annotations
 
+from statewise.db.listing import LISTED_EVERY
+
 CONFLICT_SQLSTATE = "SW409"
 
 
@@ -115,7 +117,26 @@ def migrations(s: str) -> list[str]:
             PRIMARY KEY (session_id, run_id)
         );
         """,
+        # Sessions listed by keyset (see `statewise.db.listing`): `listed_at` is
+        # updated_at truncated to LISTED_EVERY seconds, a stored generated column. An
+        # update that leaves it unchanged changes no indexed column, so it stays a HOT
+        # update; the indexes on updated_at, which every commit moved, go.
+        f"""
+        ALTER TABLE {s}.sessions ADD COLUMN listed_at bigint
+            GENERATED ALWAYS AS ({listed("updated_at")}) STORED;
+        CREATE INDEX sessions_listed ON {s}.sessions (listed_at DESC, session_id COLLATE "C");
+        CREATE INDEX sessions_of_user_listed
+            ON {s}.sessions (user_id, listed_at DESC, session_id COLLATE "C");
+        DROP INDEX IF EXISTS {s}.sessions_by_time;
+        DROP INDEX IF EXISTS {s}.sessions_by_user;
+        """,
     ]
+
+
+def listed(updated_at: str) -> str:
+    """SQL of the listing bucket of `updated_at` (an SQL expression): the column and every
+    query use this, so they agree to the last bit."""
+    return f"(floor({updated_at} / {LISTED_EVERY}) * {LISTED_EVERY})::bigint"
 
 
 def _commit_function_with_id(s: str) -> str:

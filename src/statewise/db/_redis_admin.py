@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from statewise.db import _codec
 from statewise.db._redis_keys import corrupt, dec, run_fields, run_record
 from statewise.db.base import readable_records, to_timestamp_cutoff
+from statewise.db.listing import decode_cursor
 from statewise.db.records import DeltaRecord, EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import StorageError
 
@@ -119,23 +120,75 @@ def read_runs(db: RedisDb, sid: str, limit: int | None, status: str | None) -> l
 
 
 def list_sessions(
-    db: RedisDb, user_id: str | None, app_name: str | None, limit: int, offset: int
+    db: RedisDb,
+    user_id: str | None,
+    app_name: str | None,
+    limit: int,
+    offset: int,
+    cursor: str | None,
 ) -> list[SessionRecord]:
+    """The listing from the session indexes (score -updated_at, ties by id as Redis orders
+    them): a cursor is a score and a member to start after, so a page costs the same at any
+    depth; with both a user and an app, the user's sessions are read in chunks and the
+    app's kept."""
+    if limit <= 0:
+        return []
     k = db.keys
+    after = decode_cursor(cursor) if cursor is not None else None
     if user_id is not None and app_name is not None:
-        ids = [dec(m) for m in db._call("read", db.client.zrange, k.by_user(user_id), 0, -1)]
-        records = _sessions(db, ids)
-        matching = [r for r in records if r.app_name == app_name]
-        return matching[offset : offset + limit]
+        picked: list[SessionRecord] = []
+        skip = offset
+        for ids in _id_chunks(db, k.by_user(user_id), after, 0, CHUNK):
+            for record in _sessions(db, ids):
+                if record.app_name != app_name:
+                    continue
+                if skip:
+                    skip -= 1
+                    continue
+                picked.append(record)
+                if len(picked) == limit:
+                    return picked
+        return picked
     index = (
         k.by_user(user_id)
         if user_id is not None
         else (k.by_app(app_name) if app_name is not None else k.sessions())
     )
-    if limit <= 0:
-        return []
-    ids = [dec(m) for m in db._call("read", db.client.zrange, index, offset, offset + limit - 1)]
+    ids = next(_id_chunks(db, index, after, offset, limit), [])
     return _sessions(db, ids)
+
+
+def _id_chunks(
+    db: RedisDb, index: str, after: tuple[float, str] | None, skip: int, size: int
+) -> Iterator[list[str]]:
+    """Session ids of a session index in listing order, after `after` and `skip` more,
+    `size` at a time."""
+    lowest, ties = "-inf", []
+    if after is not None:
+        score, last = -after[0], after[1].encode()
+        # The sessions at the cursor's very score come first (by id), then the rest.
+        same = db._call("read", db.client.zrangebyscore, index, repr(score), repr(score))
+        ties = [str(dec(m)) for m in same if (m if isinstance(m, bytes) else m.encode()) > last]
+        lowest = f"({score!r}"
+    if skip >= len(ties):
+        skip, ties = skip - len(ties), []
+    else:
+        skip, ties = 0, ties[skip:]
+    while True:
+        if len(ties) >= size:
+            yield ties[:size]
+            ties = ties[size:]
+            continue
+        want = size - len(ties)
+        found = db._call(
+            "read", db.client.zrangebyscore, index, lowest, "+inf", start=skip, num=want
+        )
+        chunk = ties + [str(dec(m)) for m in found]
+        if chunk:
+            yield chunk
+        if len(found) < want:
+            return
+        ties, skip = [], skip + len(found)
 
 
 def _sessions(db: RedisDb, ids: Sequence[str | None]) -> list[SessionRecord]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from statewise.db.listing import SessionPage, page_of
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -182,8 +183,14 @@ class BaseDb(ABC):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, most recently updated first."""
+        """Sessions, most recently updated first (ties by session id), at most `limit`.
+
+        `cursor` (a `SessionPage.next_cursor`) starts after the session it was made from,
+        at a cost that does not grow with the depth of the page (see `statewise.db.listing`
+        for what a walk sees while sessions change); `offset` skips that many more, at a
+        cost that grows with the offset."""
 
     @abstractmethod
     def delete_session(self, session_id: str) -> bool:
@@ -282,6 +289,24 @@ class BaseDb(ABC):
         VersionConflict like `commit`, having persisted nothing.
         """
         return self.commit(build(self.probe_tails(session_id, bases)))
+
+    def list_session_page(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        offset: int = 0,
+    ) -> SessionPage:
+        """`list_sessions` as a page with the cursor of the next one (None on the last):
+        one session more is read to know whether there is a next page."""
+        if limit <= 0:
+            return SessionPage()
+        found = self.list_sessions(
+            user_id=user_id, app_name=app_name, limit=limit + 1, offset=offset, cursor=cursor
+        )
+        return page_of(found, limit)
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)

@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from statewise.db import _codec
 from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
+from statewise.db.listing import listed_in_memory
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -405,16 +406,18 @@ class InMemoryDb(BaseDb):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
         with self._lock:
-            found = [
-                SessionRecord(**s.to_dict())
-                for s in self._sessions.values()
-                if (user_id is None or s.user_id == user_id)
-                and (app_name is None or s.app_name == app_name)
-            ]
-        found.sort(key=lambda s: (-s.updated_at, s.session_id))
-        return found[offset : offset + limit]
+            found = listed_in_memory(
+                self._sessions.values(),
+                user_id=user_id,
+                app_name=app_name,
+                limit=limit,
+                offset=offset,
+                cursor=cursor,
+            )
+            return [SessionRecord(**s.to_dict()) for s in found]
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         now = time.time()

@@ -59,6 +59,7 @@ from statewise.db.base import (
     to_timestamp_cutoff,
     validate_id,
 )
+from statewise.db.listing import decode_cursor
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -526,6 +527,7 @@ class PostgresDb(BaseDb):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
         sql = f"SELECT {Q.SESSION_COLUMNS} FROM {self._s}.sessions WHERE true"
         params: list[Any] = []
@@ -535,7 +537,18 @@ class PostgresDb(BaseDb):
         if app_name is not None:
             sql += " AND app_name = %s"
             params.append(app_name)
-        sql += ' ORDER BY updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
+        if cursor is not None:
+            # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
+            updated_at, session_id = decode_cursor(cursor)
+            bucket = Q.listed("%s::double precision")
+            sql += (
+                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < %s"
+                f' OR (updated_at = %s AND session_id COLLATE "C" > %s))'
+            )
+            params += [updated_at, updated_at, updated_at, updated_at, session_id]
+        sql += (
+            ' ORDER BY listed_at DESC, updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
+        )
         params.extend([limit, offset])
         rows = self._read(lambda c: c.execute(sql, params).fetchall())
         return readable_records(rows, _session_from_row)
@@ -636,8 +649,12 @@ class PostgresDb(BaseDb):
         cutoff = to_timestamp_cutoff(older_than, time.time())
 
         def prune(conn: psycopg.Connection[Any]) -> int:
-            sql = f"SELECT session_id FROM {self._s}.sessions WHERE updated_at < %s"
-            params: list[Any] = [cutoff]
+            # The listing index finds the old buckets; the sessions updated since are not read.
+            sql = (
+                f"SELECT session_id FROM {self._s}.sessions WHERE listed_at <= "
+                f"{Q.listed('%s::double precision')} AND updated_at < %s"
+            )
+            params: list[Any] = [cutoff, cutoff]
             if user_id is not None:
                 sql += " AND user_id = %s"
                 params.append(user_id)

@@ -323,10 +323,11 @@ class RedisDb(BaseDb):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
         from statewise.db._redis_admin import list_sessions
 
-        return list_sessions(self, user_id, app_name, limit, offset)
+        return list_sessions(self, user_id, app_name, limit, offset, cursor)
 
     # ---- writes --------------------------------------------------------------------------
 

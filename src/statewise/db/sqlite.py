@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -30,6 +30,7 @@ from statewise.db.base import (
     to_timestamp_cutoff,
     validate_id,
 )
+from statewise.db.listing import LISTED_EVERY, decode_cursor
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -319,7 +320,52 @@ def _migrations(p: str) -> list[str]:
         ALTER TABLE {p}events ADD COLUMN commit_id TEXT;
         ALTER TABLE {p}events ADD COLUMN commit_result TEXT;
         """,
+        # 8: sessions listed by keyset (see `statewise.db.listing`). `listed_at` is
+        # updated_at truncated to LISTED_EVERY seconds, kept by triggers that write it only
+        # when a commit crosses into a new bucket, so the indexes that hold it cost a commit
+        # nothing until then (they are not indexes on updated_at, which every commit moves).
+        # The user's index replaces `sessions_of_user` (prune for a user still finds them).
+        f"""
+        ALTER TABLE {p}sessions ADD COLUMN listed_at INTEGER NOT NULL DEFAULT 0;
+        UPDATE {p}sessions SET listed_at = {_listed("updated_at")};
+        CREATE INDEX {p}sessions_listed ON {p}sessions (listed_at DESC, session_id);
+        CREATE INDEX {p}sessions_of_user_listed
+            ON {p}sessions (user_id, listed_at DESC, session_id);
+        DROP INDEX IF EXISTS {p}sessions_of_user;
+        CREATE TRIGGER {p}sessions_listed_on_insert AFTER INSERT ON {p}sessions
+            WHEN NEW.listed_at != {_listed("NEW.updated_at")}
+        BEGIN
+            UPDATE {p}sessions SET listed_at = {_listed("NEW.updated_at")}
+                WHERE rowid = NEW.rowid;
+        END;
+        CREATE TRIGGER {p}sessions_listed_on_update AFTER UPDATE OF updated_at ON {p}sessions
+            WHEN NEW.listed_at != {_listed("NEW.updated_at")}
+        BEGIN
+            UPDATE {p}sessions SET listed_at = {_listed("NEW.updated_at")}
+                WHERE rowid = NEW.rowid;
+        END;
+        """,
     ]
+
+
+def _listed(updated_at: str) -> str:
+    """SQL of the listing bucket of `updated_at` (an SQL expression): every statement
+    that computes one uses this, so they agree to the last bit."""
+    return f"(CAST({updated_at} / {LISTED_EVERY} AS INTEGER) * {LISTED_EVERY})"
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration, split at the semicolons that end one (a trigger's
+    body holds several)."""
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                yield pending
+            pending = ""
+    if pending.strip(" \n;"):
+        yield pending
 
 
 _COLUMN_TYPES = {
@@ -558,9 +604,8 @@ class SqliteDb(BaseDb):
                             f"newer than this statewise ({len(migrations)}); upgrade statewise"
                         )
                     for version in range(current, len(migrations)):
-                        for statement in migrations[version].split(";"):
-                            if statement.strip():
-                                conn.execute(statement)
+                        for statement in _statements(migrations[version]):
+                            conn.execute(statement)
                         conn.execute(f"PRAGMA user_version={version + 1}")
                     conn.execute(
                         "INSERT INTO statewise_schema_versions (table_prefix, version) "
@@ -823,6 +868,7 @@ class SqliteDb(BaseDb):
         app_name: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> list[SessionRecord]:
         sql = (
             f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
@@ -835,7 +881,16 @@ class SqliteDb(BaseDb):
         if app_name is not None:
             sql += " AND app_name = ?"
             params.append(app_name)
-        sql += " ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?"
+        if cursor is not None:
+            # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
+            updated_at, session_id = decode_cursor(cursor)
+            bucket = _listed("?")
+            sql += (
+                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < ?"
+                f" OR (updated_at = ? AND session_id > ?))"
+            )
+            params += [updated_at, updated_at, updated_at, updated_at, session_id]
+        sql += " ORDER BY listed_at DESC, updated_at DESC, session_id LIMIT ? OFFSET ?"
         params.extend([limit, offset])
         rows = self._conn.execute(sql, params).fetchall()
         return readable_records(rows, self._session_from_row)
@@ -1249,8 +1304,12 @@ class SqliteDb(BaseDb):
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None
     ) -> int:
         cutoff = to_timestamp_cutoff(older_than, time.time())
-        sql = f"SELECT session_id FROM {self.table_prefix}sessions WHERE updated_at < ?"
-        params: list[Any] = [cutoff]
+        # The listing index finds the old buckets; the sessions updated since are not read.
+        sql = (
+            f"SELECT session_id FROM {self.table_prefix}sessions "
+            f"WHERE listed_at <= {_listed('?')} AND updated_at < ?"
+        )
+        params: list[Any] = [cutoff, cutoff]
         if user_id is not None:
             sql += " AND user_id = ?"
             params.append(user_id)
@@ -1259,8 +1318,22 @@ class SqliteDb(BaseDb):
         pruned = 0
         for start in range(0, len(ids), PRUNE_BATCH):
             batch = ids[start : start + PRUNE_BATCH]
-            pruned += self._write(functools.partial(self._delete_sessions, ids=batch))
+            pruned += self._write(functools.partial(self._prune_batch, ids=batch, cutoff=cutoff))
         return pruned
+
+    def _prune_batch(self, conn: sqlite3.Connection, ids: Sequence[str], cutoff: float) -> int:
+        """Delete the sessions of `ids` that are still not updated since the cutoff: the
+        ids were read before this transaction, and a session committed to meanwhile stays."""
+        marks = ",".join("?" * len(ids))
+        still = [
+            row[0]
+            for row in conn.execute(
+                f"SELECT session_id FROM {self.table_prefix}sessions "
+                f"WHERE session_id IN ({marks}) AND updated_at < ?",
+                [*ids, cutoff],
+            ).fetchall()
+        ]
+        return self._delete_sessions(conn, still) if still else 0
 
     def import_records(
         self,

@@ -294,6 +294,10 @@ class SessionPage(BaseModel):
     limit: int
     offset: int
     next_offset: int | None = Field(description="Pass as offset for the next page")
+    next_cursor: str | None = Field(
+        default=None,
+        description="Pass as cursor for the next page (as fast at any depth); null on the last",
+    )
 
 
 class ToolCallSummary(BaseModel):

@@ -24,7 +24,13 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewise.agent.service import RunRecord, SessionRecord, StateRead, validate_id
+from statewise.agent.service import (
+    RunRecord,
+    SessionRecord,
+    StateRead,
+    merged_listing,
+    validate_id,
+)
 from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem
@@ -202,28 +208,44 @@ def list_sessions(
     user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
     app: Annotated[str | None, Query(min_length=1, max_length=256, description="app_name")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
-    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=1_000_000, description="Skip this many (slower the more it skips)")
+    ] = 0,
+    cursor: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=2048,
+            description="A next_cursor: the page after it, as fast at any depth",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     if user_id is not None:
         validate_id(user_id, "user_id")
     if app is not None:
         validate_id(app, "app")
+    empty = {"limit": limit, "offset": offset, "next_offset": None, "next_cursor": None}
     if not principal.admin:
         if user_id is not None and user_id != principal.user_id:
-            return {"sessions": [], "limit": limit, "offset": offset, "next_offset": None}
+            return {"sessions": [], **empty}
         user_id = principal.user_id
+    # Each database lists its first sessions after the cursor; merged in the same order,
+    # the first `limit` of them are the page (the cursor is the same on every database).
     records: list[SessionRecord] = []
     for db, _served in registry.databases():
         records.extend(
-            db.list_sessions(user_id=user_id, app_name=app, limit=limit + offset + 1, offset=0)
+            db.list_sessions(
+                user_id=user_id, app_name=app, limit=limit + offset + 1, offset=0, cursor=cursor
+            )
         )
-    records.sort(key=lambda r: r.updated_at, reverse=True)
-    page = records[offset : offset + limit]
+    page = merged_listing(records, offset=offset, limit=limit)
+    more = page.next_cursor is not None
     return {
-        "sessions": [with_times(r.to_dict()) for r in page],
+        "sessions": [with_times(r.to_dict()) for r in page.sessions],
         "limit": limit,
         "offset": offset,
-        "next_offset": offset + limit if len(records) > offset + limit else None,
+        "next_offset": offset + limit if more and cursor is None else None,
+        "next_cursor": page.next_cursor,
     }
 
 

@@ -115,10 +115,16 @@ def run_conformance(factory: Factory, *, include_store: bool = True) -> int:
 
 
 def all_cases(*, include_store: bool = True) -> list[Callable[[Harness], None]]:
-    from statewise.db.testing import cases, cases_history, cases_ownership, store_cases
+    from statewise.db.testing import (
+        cases,
+        cases_history,
+        cases_listing,
+        cases_ownership,
+        store_cases,
+    )
 
     # registered into the same list
-    assert cases_history.CASES is cases_ownership.CASES is cases.CASES
+    assert cases_history.CASES is cases_ownership.CASES is cases_listing.CASES is cases.CASES
 
     found = list(cases.CASES)
     if include_store:

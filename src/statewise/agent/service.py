@@ -206,7 +206,7 @@ class Sessions(TimeTravel):
             if len(events) < EXPORT_PAGE:
                 break
             seq = events[-1].seq
-        for run in self.db.read_runs(session_id):  # (no cursor for runs in storage yet)
+        for run in self.db.iter_runs(session_id, page=EXPORT_PAGE):
             yield {"type": "run", **run.to_dict()}
 
     def list_sessions(

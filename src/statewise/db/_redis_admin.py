@@ -119,6 +119,19 @@ def read_runs(db: RedisDb, sid: str, limit: int | None, status: str | None) -> l
     return picked[::-1]
 
 
+def iter_runs(db: RedisDb, sid: str, page: int) -> Iterator[RunRecord]:
+    """Oldest first, `page` runs a read (the run order only grows at its end)."""
+    key, start = db.keys.runord(sid), 0
+    while True:
+        members = db._call("read", db.client.zrange, key, start, start + page - 1)
+        for run in get_runs(db, sid, [dec(m)[12:] for m in members]):  # type: ignore[index]
+            if run is not None:
+                yield run
+        if len(members) < page:
+            return
+        start += len(members)
+
+
 def list_sessions(
     db: RedisDb,
     user_id: str | None,

@@ -312,6 +312,13 @@ class BaseDb(ABC):
         validate_id(session_id)
         return self.probe(session_id, ())[0]
 
+    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
+        """Every run of the session, oldest first, read `page` runs at a time: what a
+        whole-history reader (an export) uses to hold one page, not the whole session.
+        Written once here as one read (the in-memory backend holds it all anyway); the
+        stored backends page by their run order."""
+        yield from self.read_runs(session_id)
+
     def export_session(self, session_id: str) -> Iterator[dict[str, Any]]:
         """The session as JSON-ready records: session, its deltas, events, runs.
 
@@ -330,7 +337,7 @@ class BaseDb(ABC):
             data = event.to_dict()
             data["event_type"] = data.pop("type")
             yield {"type": "event", **data}
-        for run in self.read_runs(session_id):
+        for run in self.iter_runs(session_id):
             yield {"type": "run", **run.to_dict()}
 
     def __enter__(self: T) -> T:

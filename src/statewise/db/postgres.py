@@ -511,6 +511,25 @@ class PostgresDb(BaseDb):
         rows = self._read(lambda c: c.execute(sql, params).fetchall())
         return [_run_from_row(session_id, row) for row in reversed(rows)]
 
+    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
+        after: tuple[float, int] = (float("-inf"), -1)
+        sql = (
+            f"SELECT {Q.RUN_COLUMNS}, id FROM {self._s}.runs WHERE session_id = %s "
+            "AND (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s"
+        )
+        while True:
+            params: tuple[Any, ...] = (session_id, *after, page)
+
+            def read(c: Any, params: tuple[Any, ...] = params) -> list[Any]:
+                return c.execute(sql, params).fetchall()  # type: ignore[no-any-return]
+
+            rows = self._read(read)
+            for row in rows:
+                yield _run_from_row(session_id, row[:-1])
+            if len(rows) < page:
+                return
+            after = (rows[-1][-3], rows[-1][-1])  # (created_at, id) of the last one
+
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
         row = self._read(
             lambda c: c.execute(

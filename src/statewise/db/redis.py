@@ -311,6 +311,11 @@ class RedisDb(BaseDb):
 
         return read_runs(self, session_id, limit, status)
 
+    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
+        from statewise.db._redis_admin import iter_runs
+
+        return iter_runs(self, session_id, page)
+
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
         from statewise.db._redis_admin import get_runs
 

@@ -853,6 +853,21 @@ class SqliteDb(BaseDb):
         rows = self._conn.execute(sql, params).fetchall()
         return [self._run_from_row(session_id, row) for row in reversed(rows)]
 
+    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
+        after: tuple[float, int] = (float("-inf"), -1)
+        while True:
+            rows = self._conn.execute(
+                f"SELECT {self._RUN_COLUMNS}, rowid FROM {self.table_prefix}runs "
+                "WHERE session_id = ? AND (created_at, rowid) > (?, ?) "
+                "ORDER BY created_at, rowid LIMIT ?",
+                (session_id, *after, page),
+            ).fetchall()
+            for row in rows:
+                yield self._run_from_row(session_id, row[:-1])
+            if len(rows) < page:
+                return
+            after = (rows[-1][-3], rows[-1][-1])  # (created_at, rowid) of the last one
+
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
         row = self._conn.execute(
             f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs "

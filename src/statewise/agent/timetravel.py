@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from statewise.db.base import split_records
 from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
-from statewise.exceptions import SessionExistsError, SessionNotFoundError, StateError
+from statewise.db.retention import require_retained
+from statewise.exceptions import (
+    HistoryCompactedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StateError,
+)
 from statewise.state.diff import diff_states
 from statewise.state.secrets import REGISTRY_KEY, redact_conflict, redact_op_value
 from statewise.state.tracked import to_plain
@@ -44,6 +50,8 @@ class TimeTravel:
         """One entry per commit of the session's own state: version, run, step, sources,
         ops and conflicts."""
         _sid, key = self._session_key(session_id)
+        if after_version:  # (the default, 0, lists the retained history)
+            require_retained(self._store.db, _sid, after_version)
         # History shows what changed, never a secret's value (stored ones are encrypted).
         secrets = self._secret_keys(_sid)
         return [
@@ -72,9 +80,13 @@ class TimeTravel:
             # read the whole delta history for it.
             return self._store.db.probe(key.id, [key])[1][key]
         if isinstance(at, int):
+            require_retained(self._store.db, key.id, at)
             return at
         versions = [d.version for d in self._store.db.read_deltas(key) if d.run_id == at]
         if not versions:
+            oldest = self._store.db.read_horizon(key.id).version
+            if oldest and self._store.db.get_run(key.id, at) is None:
+                raise HistoryCompactedError(key.id, at, oldest)  # (that run is gone too)
             raise StateError(f"run {at!r} made no change to {key}")
         return max(versions)
 

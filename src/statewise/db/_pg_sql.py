@@ -12,6 +12,8 @@ client turns into `VersionConflict`; the whole call then rolls back.
 
 from __future__ import annotations
 
+from statewise.db import _pg_retention
+
 CONFLICT_SQLSTATE = "SW409"
 
 
@@ -115,6 +117,8 @@ def migrations(s: str) -> list[str]:
             PRIMARY KEY (session_id, run_id)
         );
         """,
+        # Each compacted session's retained horizon (see `statewise.db.retention`).
+        _pg_retention.migration(s),
     ]
 
 

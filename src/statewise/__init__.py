@@ -3,6 +3,7 @@ never stale, and always explainable."""
 
 from statewise.agent.agent import Agent
 from statewise.agent.service import Sessions, SessionState
+from statewise.db.retention import Retention
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -46,6 +47,7 @@ __all__ = [
     "PendingToolCall",
     "Reducer",
     "RequestApproval",
+    "Retention",
     "Router",
     "RunCompleted",
     "RunContext",

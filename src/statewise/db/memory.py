@@ -43,6 +43,7 @@ from statewise.db.retention import (
     CompactionPlan,
     Horizon,
     Retention,
+    default_retention,
     id_run,
     id_time,
 )
@@ -148,7 +149,7 @@ class InMemoryDb(BaseDb):
     """Everything in this process's memory; gone when it exits."""
 
     def __init__(self, *, retention: Retention | None = None) -> None:
-        self.retention = retention
+        self.retention = default_retention(retention)
         self._horizons: dict[str, Horizon] = {}
         self._lock = threading.RLock()
         self._sessions: dict[str, SessionRecord] = {}

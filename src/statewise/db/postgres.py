@@ -70,7 +70,13 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
-from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     CorruptRecordError,
@@ -147,7 +153,7 @@ class PostgresDb(BaseDb):
         connect_timeout: float = 5.0,
         retention: Retention | None = None,
     ) -> None:
-        self.retention = retention
+        self.retention = default_retention(retention)
         if not _SCHEMA_RE.match(schema):
             raise StorageError(
                 f"schema must be lowercase letters, digits and '_' (at most 63), not {schema!r}"

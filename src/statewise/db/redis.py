@@ -61,7 +61,13 @@ from statewise.db.records import (
     decode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
-from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     DatabaseUnavailableError,
@@ -101,7 +107,7 @@ class RedisDb(BaseDb):
         socket_timeout: float | None = 30.0,
         retention: Retention | None = None,
     ) -> None:
-        self.retention = retention
+        self.retention = default_retention(retention)
         if not prefix or any(c in prefix for c in "{}"):
             raise StorageError(f"prefix must be non-empty and without braces, not {prefix!r}")
         self.url = url

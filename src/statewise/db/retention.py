@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from statewise.db import _codec
 from statewise.db.records import ScopeKey
@@ -62,10 +64,17 @@ class Retention:
     keep_versions: int | None = None
     keep_days: float | None = None
     commit_id_window: float = MIN_COMMIT_ID_WINDOW
+    slack: int | None = None
 
     def __post_init__(self) -> None:
         if self.keep_versions is None and self.keep_days is None:
             raise ConfigurationError("Retention needs keep_versions, keep_days or both")
+        if self.slack is not None and (
+            isinstance(self.slack, bool) or not isinstance(self.slack, int) or self.slack < 1
+        ):
+            raise ConfigurationError(
+                f"slack must be a whole number of at least 1, not {self.slack!r}"
+            )
         if self.keep_versions is not None and (
             isinstance(self.keep_versions, bool)
             or not isinstance(self.keep_versions, int)
@@ -92,23 +101,26 @@ class Retention:
             )
 
     @property
-    def slack(self) -> int:
-        """Versions a session may grow past `keep_versions` before a commit compacts it:
-        compaction is amortized over that many commits."""
+    def every(self) -> int:
+        """Versions a session may grow past `keep_versions` before a commit compacts it
+        (`slack`; by default a quarter of `keep_versions`, at least 16): compaction is
+        amortized over that many commits."""
+        if self.slack is not None:
+            return self.slack
         return max(16, self.keep_versions // 4) if self.keep_versions else 64
 
     def due(self, version: int | None, last_seq: int, n_events: int) -> bool:
         """Whether the commit that left the session's own state at `version` (None: it
         wrote none) and its events at `last_seq` should be followed by a compaction.
 
-        Each version is made by exactly one commit, so exactly one commit in `slack`
+        Each version is made by exactly one commit, so exactly one commit in `every`
         compacts; commits that write no state count by their events."""
         if version is not None and version > 0:
             if self.keep_versions is not None:
                 over = version - self.keep_versions
-                if over >= self.slack and over % self.slack == 0:
+                if over >= self.every and over % self.every == 0:
                     return True
-            elif version % self.slack == 0:
+            elif version % self.every == 0:
                 return True
         step = EVENTS_PER_COMPACTION
         return self.keep_days is not None and n_events > 0 and (
@@ -118,7 +130,7 @@ class Retention:
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Retention | None:
         """The policy named by URL options (`keep_versions`, `keep_days`,
-        `commit_id_window`), or None when there are none."""
+        `commit_id_window`, `slack`), or None when there are none."""
         if not any(name in options for name in URL_OPTIONS):
             return None
         try:
@@ -126,16 +138,41 @@ class Retention:
                 keep_versions=int(options["keep_versions"]) if "keep_versions" in options else None,
                 keep_days=float(options["keep_days"]) if "keep_days" in options else None,
                 commit_id_window=float(options.get("commit_id_window", MIN_COMMIT_ID_WINDOW)),
+                slack=int(options["slack"]) if "slack" in options else None,
             )
         except ValueError as exc:
-            raise ConfigurationError(f"bad retention option in the database URL: {exc}") from None
+            raise ConfigurationError(f"bad retention option: {exc}") from None
+
+    @classmethod
+    def from_env(cls) -> Retention | None:
+        """The default policy of a database opened without one: `STATEWISE_RETENTION`,
+        in the URL options' form (`keep_versions=1000&keep_days=30`), or None."""
+        text = os.environ.get(ENV_VAR, "").strip()
+        if not text:
+            return None
+        options = dict(parse_qsl(text, keep_blank_values=True))
+        unknown = set(options) - URL_OPTIONS
+        if unknown:
+            raise ConfigurationError(
+                f"{ENV_VAR} names unknown options {sorted(unknown)}; "
+                f"use {', '.join(sorted(URL_OPTIONS))}"
+            )
+        return cls.from_options(options)
+
+
+def default_retention(retention: Retention | None) -> Retention | None:
+    """A backend's policy: the one given to its constructor, else `Retention.from_env`."""
+    return retention if retention is not None else Retention.from_env()
+
+
+ENV_VAR = "STATEWISE_RETENTION"
 
 
 EVENTS_PER_COMPACTION = 512
 """Under `keep_days`, a session whose commits write no state is compacted each time its
 event log grows by this many."""
 
-URL_OPTIONS = frozenset({"keep_versions", "keep_days", "commit_id_window"})
+URL_OPTIONS = frozenset({"keep_versions", "keep_days", "commit_id_window", "slack"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -307,8 +344,10 @@ __all__ = [
     "CompactionPlan",
     "Horizon",
     "Retention",
+    "ENV_VAR",
     "check_commit_id",
     "compact_after_commit",
+    "default_retention",
     "id_run",
     "id_time",
     "is_old_id",

@@ -47,7 +47,13 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
-from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.threads import run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
@@ -377,7 +383,7 @@ class SqliteDb(BaseDb):
         busy_timeout: float = 30.0,
         retention: Retention | None = None,
     ) -> None:
-        self.retention = retention
+        self.retention = default_retention(retention)
         if not table_prefix.replace("_", "").isalnum():
             raise StorageError(f"table_prefix must be letters, digits and '_': {table_prefix!r}")
         if synchronous not in ("FULL", "NORMAL", "OFF"):

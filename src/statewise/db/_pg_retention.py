@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from statewise.db.retention import LIVE_RUN_STATUSES, Compaction, CompactionPlan, Horizon, id_run
+from statewise.db.retention import (
+    LIVE_RUN_STATUSES,
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    forgets,
+)
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
 
@@ -68,12 +74,11 @@ def write_compaction(conn: Any, s: str, plan: CompactionPlan) -> Compaction | No
         (sid, sid),
     )
     old_ids = [
-        row[0]
-        for row in conn.execute(
-            f"SELECT commit_id FROM {s}.commits WHERE session_id = %s AND created_at < %s",
-            (sid, new.ids_before),
+        commit_id
+        for commit_id, landed in conn.execute(
+            f"SELECT commit_id, created_at FROM {s}.commits WHERE session_id = %s", (sid,)
         )
-        if id_run(row[0]) not in live
+        if forgets(plan, commit_id, landed, live)
     ]
     if old_ids:
         conn.execute(

@@ -19,8 +19,7 @@ from statewise.db.retention import (
     Compaction,
     CompactionPlan,
     Horizon,
-    id_run,
-    id_time,
+    forgets,
 )
 
 if TYPE_CHECKING:
@@ -85,10 +84,7 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
         if run_id not in live and status is not None and float(updated or 0) <= new.before
     ]
     # Events: seq -> (run id, time).
-    metas = {
-        int(seq): _codec.loads(meta)
-        for seq, meta in pipe.hgetall(k.evm(sid)).items()
-    }
+    metas = {int(seq): _codec.loads(meta) for seq, meta in pipe.hgetall(k.evm(sid)).items()}
     times = {seq: float(meta[2]) for seq, meta in metas.items()}
     gone_events = [
         seq for seq, meta in metas.items() if float(meta[2]) <= new.before and meta[1] not in live
@@ -97,8 +93,8 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
     gone_ids = []
     for raw_id, result in ids.items():
         commit_id = dec(raw_id) or ""
-        made = times.get(int(dec(result).split("|", 1)[0])) or id_time(commit_id)  # type: ignore[union-attr]
-        if made is not None and made < new.ids_before and id_run(commit_id) not in live:
+        landed = times.get(int((dec(result) or "0").split("|", 1)[0]))
+        if forgets(plan, commit_id, landed, live):
             gone_ids.append(commit_id)
     fold = None
     if plan.snapshot is not None:
@@ -107,9 +103,7 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
             snapshot_version = int(scope[0] or 0)
             folded_versions = list(range(1, new.version + 1))
             lengths = [
-                pipe.hstrlen(k.dseg(key), v)
-                for v in folded_versions
-                if v > snapshot_version
+                pipe.hstrlen(k.dseg(key), v) for v in folded_versions if v > snapshot_version
             ]
             old_snapshots = [
                 int(v) for v in pipe.zrangebyscore(k.snapv(key), "-inf", new.version - 1)
@@ -149,7 +143,11 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
         pipe.hdel(k.commits(sid), *gone_ids)
     pipe.hset(
         session,
-        mapping={"h_version": new.version, "h_before": repr(new.before), "h_ids": repr(new.ids_before)},
+        mapping={
+            "h_version": new.version,
+            "h_before": repr(new.before),
+            "h_ids": repr(new.ids_before),
+        },
     )
     out.events, out.runs, out.commit_ids = len(gone_events), len(gone_runs), len(gone_ids)
     return out

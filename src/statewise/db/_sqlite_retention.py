@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import sqlite3
 
-from statewise.db.retention import LIVE_RUN_STATUSES, Compaction, CompactionPlan, Horizon, id_run
+from statewise.db import _codec
+from statewise.db.retention import (
+    LIVE_RUN_STATUSES,
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    forgets,
+)
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
+
+DELTA_REFERENCE = "@"
+"""How SQLite stores a `state_delta` event that refers to its delta (`sqlite._event_text`;
+the two must agree, a test checks)."""
 
 
 def migration(p: str) -> str:
@@ -41,25 +52,25 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     if conn.execute(f"SELECT 1 FROM {p}sessions WHERE session_id = ?", (sid,)).fetchone() is None:
         return None
     out = Compaction(session_id=sid, horizon=new)
-    if plan.snapshot is not None:
-        _fold(conn, p, sid, new.version, plan.snapshot, out)
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
+    if plan.snapshot is not None:
+        _inline_kept_references(conn, p, sid, new, live_runs)
+        _fold(conn, p, sid, new.version, plan.snapshot, out)
     removed_events = (
         f"session_id = ? AND created_at <= ? AND (run_id IS NULL OR run_id NOT IN ({live_runs}))"
     )
-    # Ids held in rows of events that go but still inside the window move to `commits`.
+    # Ids held in rows of events that go move to `commits` (and go below if old enough).
     conn.execute(
         f"INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at) "
         f"SELECT session_id, commit_id, commit_result, created_at FROM {p}events "
-        f"WHERE {removed_events} AND commit_id IS NOT NULL AND created_at >= ?",
-        (sid, new.before, sid, new.ids_before),
+        f"WHERE {removed_events} AND commit_id IS NOT NULL",
+        (sid, new.before, sid),
     )
     out.events = conn.execute(
         f"DELETE FROM {p}events WHERE {removed_events}", (sid, new.before, sid)
     ).rowcount
     out.runs = conn.execute(
-        f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} "
-        f"AND updated_at <= ?",
+        f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
         (sid, new.before),
     ).rowcount
     conn.execute(
@@ -69,12 +80,11 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     )
     live = {row[0] for row in conn.execute(live_runs, (sid,))}
     old_ids = [
-        (sid, row[0])
-        for row in conn.execute(
-            f"SELECT commit_id FROM {p}commits WHERE session_id = ? AND created_at < ?",
-            (sid, new.ids_before),
+        (sid, commit_id)
+        for commit_id, landed in conn.execute(
+            f"SELECT commit_id, created_at FROM {p}commits WHERE session_id = ?", (sid,)
         )
-        if id_run(row[0]) not in live
+        if forgets(plan, commit_id, landed, live)
     ]
     conn.executemany(f"DELETE FROM {p}commits WHERE session_id = ? AND commit_id = ?", old_ids)
     out.commit_ids = len(old_ids)
@@ -85,6 +95,29 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
         (sid, new.version, new.before, new.ids_before),
     )
     return out
+
+
+def _inline_kept_references(
+    conn: sqlite3.Connection, p: str, sid: str, new: Horizon, live_runs: str
+) -> None:
+    """A kept `state_delta` event stored as a reference to a delta the fold deletes (a
+    live run's, older than the horizon) gets the delta's segments written into it."""
+    rows = conn.execute(
+        f"SELECT e.rowid, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
+        f"ON d.kind = 'session' AND d.scope_id = ? "
+        f"AND d.version = json_extract(substr(e.data, 2), '$.version') "
+        f"WHERE e.session_id = ? AND e.type = 'state_delta' AND e.data LIKE ? "
+        f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
+        f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
+        f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
+        (sid, sid, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+    ).fetchall()
+    for rowid, data, segments in rows:
+        inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
+        inlined["segments"] = _codec.loads(segments)
+        conn.execute(
+            f"UPDATE {p}events SET data = ? WHERE rowid = ?", (_codec.dumps(inlined), rowid)
+        )
 
 
 def _fold(

@@ -44,8 +44,7 @@ from statewise.db.retention import (
     Horizon,
     Retention,
     default_retention,
-    id_run,
-    id_time,
+    forgets,
 )
 from statewise.exceptions import CorruptRecordError, StorageError, VersionConflict
 
@@ -487,9 +486,7 @@ class InMemoryDb(BaseDb):
                         0,
                         scope.tail_bytes
                         - sum(
-                            len(scope.deltas[v][3])
-                            for v in folded
-                            if v > scope.snapshot_version
+                            len(scope.deltas[v][3]) for v in folded if v > scope.snapshot_version
                         ),
                     )
                     scope.snapshot_version = new.version
@@ -517,12 +514,10 @@ class InMemoryDb(BaseDb):
                 del runs[run_id]
             out.runs = len(gone)
             ids = self._commits.get(sid, {})
-            # An id's time is its last event's (or, that event gone, the id's own).
             forgotten = [
                 commit_id
                 for commit_id, (_versions, last_seq, _n) in ids.items()
-                if (times.get(last_seq) or id_time(commit_id) or float("inf")) < new.ids_before
-                and id_run(commit_id) not in live
+                if forgets(plan, commit_id, times.get(last_seq), live)
             ]
             for commit_id in forgotten:
                 del ids[commit_id]

@@ -14,9 +14,11 @@ are left whole.
 
 Commit ids outlive any retry: an id is forgotten only once it is older than both the
 retained history and `commit_id_window` (an hour at least), and never while its run is
-running or paused. A commit sent with an id made before the session's forgetting point
-(`Horizon.ids_before`) is refused with `CommitIdExpiredError`, since whether it landed can
-no longer be told (`check_commit_id`).
+running or paused. An id's age counts from when it was made (statewise's ids start with
+that time, see `id_time`; an id made elsewhere counts from when it landed). A commit sent
+with an id made before the session's forgetting point (`Horizon.ids_before`) is refused
+with `CommitIdExpiredError`, since whether it landed can no longer be told
+(`check_commit_id`): a retry is never applied twice.
 
 The I/O is the backends' (`BaseDb.write_compaction`, one transaction each); the reads
 and the planning are written once here, on the public read methods.
@@ -123,8 +125,10 @@ class Retention:
             elif version % self.every == 0:
                 return True
         step = EVENTS_PER_COMPACTION
-        return self.keep_days is not None and n_events > 0 and (
-            (last_seq - n_events) // step != last_seq // step
+        return (
+            self.keep_days is not None
+            and n_events > 0
+            and ((last_seq - n_events) // step != last_seq // step)
         )
 
     @classmethod
@@ -287,18 +291,35 @@ def id_run(commit_id: str) -> str | None:
     return run_id if sep else None
 
 
-def is_old_id(commit_id: str) -> bool:
+def forgets(plan: CompactionPlan, commit_id: str, landed: float | None, live: set[str]) -> bool:
+    """Whether the compaction `plan` forgets a commit id: one made (`id_time`) before
+    `plan.new.ids_before`, or, for an id made elsewhere, that landed before it (`landed`;
+    None when its last event is gone: it landed at or before the last horizon). A live
+    run's ids are kept."""
+    if id_run(commit_id) in live:
+        return False
+    made = id_time(commit_id)
+    if made is None:
+        made = landed if landed is not None else plan.old.before
+        return made <= plan.new.ids_before if landed is None else made < plan.new.ids_before
+    return made < plan.new.ids_before
+
+
+def is_old_id(commit_id: str, now: float | None = None) -> bool:
     """Whether a compaction may have forgotten an id this old: one made within the last
     `MIN_COMMIT_ID_WINDOW` seconds never is (nor one not made by statewise)."""
     made = id_time(commit_id)
-    return made is not None and made < time.time() - MIN_COMMIT_ID_WINDOW
+    now = time.time() if now is None else now
+    return made is not None and made < now - MIN_COMMIT_ID_WINDOW
 
 
-def check_commit_id(db: BaseDb, session_id: str, commit_id: str) -> None:
+def check_commit_id(
+    db: BaseDb, session_id: str, commit_id: str, *, now: float | None = None
+) -> None:
     """Refuse a commit whose id the session may have forgotten (see the module's
     docstring). Costs no I/O for a new id (`is_old_id`): only an old one reads the
-    session's horizon."""
-    if not is_old_id(commit_id):
+    session's horizon. (`now` is for tests.)"""
+    if not is_old_id(commit_id, now):
         return
     made = id_time(commit_id)
     assert made is not None
@@ -338,16 +359,17 @@ def require_retained(db: BaseDb, session_id: str, version: int) -> None:
 
 
 __all__ = [
+    "ENV_VAR",
     "LIVE_RUN_STATUSES",
     "MIN_COMMIT_ID_WINDOW",
     "Compaction",
     "CompactionPlan",
     "Horizon",
     "Retention",
-    "ENV_VAR",
     "check_commit_id",
     "compact_after_commit",
     "default_retention",
+    "forgets",
     "id_run",
     "id_time",
     "is_old_id",

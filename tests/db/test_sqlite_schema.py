@@ -37,6 +37,8 @@ from statewise.exceptions import SchemaVersionError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 
 DATA = Path(__file__).parent / "data"
+LATEST = len(sqlite_module._migrations("statewise_"))
+"""The schema version this statewise writes."""
 LARGE_PAYLOAD_TABLES = ("snapshots", "deltas", "events")
 
 
@@ -195,7 +197,7 @@ def test_a_schema_4_database_whose_indexes_were_dropped_by_hand_migrates(
     with SqliteDb(db_file=target) as db:
         assert len(db.list_sessions()) == 5
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST
     assert ["user_id"] in session_indexes(target).values()
 
 
@@ -212,7 +214,7 @@ def test_a_schema_6_database_migrates_and_reads_the_same(tmp_path: Path) -> None
     db = SqliteDb(db_file=target)
     try:
         with sqlite3.connect(target) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST
         assert [s.to_dict() for s in db.list_sessions()] == expected["sessions"]
         agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
         for sid in ("s1", "s2", "s3"):
@@ -261,5 +263,5 @@ def test_a_schema_7_database_is_refused_by_a_statewise_that_knows_schema_6(
         pass
     six = sqlite_module._migrations("statewise_")[:6]
     monkeypatch.setattr(sqlite_module, "_migrations", lambda p: six)
-    with pytest.raises(SchemaVersionError, match="schema version 7"):
+    with pytest.raises(SchemaVersionError, match=f"schema version {LATEST}"):
         SqliteDb(db_file=tmp_path / "new.db")

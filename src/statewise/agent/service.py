@@ -17,9 +17,10 @@ from typing import Any
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.records import RunRecord, ScopeKey, SessionRecord
+from statewise.db.retention import Compaction, Retention
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
-from statewise.exceptions import SessionNotFoundError
+from statewise.exceptions import ConfigurationError, SessionNotFoundError
 from statewise.run.resume import PausedRun, paused_runs
 from statewise.state.secrets import redact_conflict, redact_op_value
 
@@ -159,6 +160,40 @@ class Sessions(TimeTravel):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---- retention ---------------------------------------------------------------------
+
+    def compact(
+        self, session_id: str | None = None, *, retention: Retention | None = None
+    ) -> list[Compaction]:
+        """Fold the history older than `retention` (default: the database's policy) into a
+        snapshot and remove it, for one session or (None) every session on the database;
+        what each compaction that changed something removed. Current state, retained
+        history and event sequence numbers stay exact; reads below the horizon then raise
+        HistoryCompactedError."""
+        policy = retention or self.db.retention
+        if policy is None:
+            raise ConfigurationError(
+                "no retention policy: pass retention=Retention(keep_versions=..., "
+                "keep_days=...), or give the database one"
+            )
+        if session_id is not None:
+            self.require(session_id)
+            done = self.db.compact_session(session_id, policy)
+            return [done] if done is not None else []
+        out = []
+        offset = 0
+        while page := self.db.list_sessions(limit=COMPACT_PAGE, offset=offset):
+            offset += len(page)
+            for record in page:
+                done = self.db.compact_session(record.session_id, policy)
+                if done is not None:
+                    out.append(done)
+        return out
+
+
+COMPACT_PAGE = 500
+"""Sessions `Sessions.compact` lists at a time when it compacts them all."""
 
 
 __all__ = ["SessionState", "Sessions"]

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from statewise import Agent, Retention, Sessions
-from statewise.db import InMemoryDb, SqliteDb, db_from_url
-from statewise.db import _sqlite_retention
+from statewise.db import InMemoryDb, SqliteDb, _sqlite_retention, db_from_url
 from statewise.db import sqlite as sqlite_module
 from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, ScopeKey
@@ -60,7 +59,7 @@ def test_a_policy_needs_a_limit_and_sane_values() -> None:
         {"keep_versions": 5, "slack": 0},
     ):
         with pytest.raises(ConfigurationError):
-            Retention(**bad)  # type: ignore[arg-type]
+            Retention(**bad)
     assert Retention(keep_versions=1000).every == 250
     assert Retention(keep_versions=10).every == 16
     assert Retention(keep_days=30).every == 64
@@ -91,9 +90,7 @@ def test_url_options_and_the_environment_set_a_policy(
         db_from_url("memory://?keep_versions=lots")
     monkeypatch.setenv(ENV_VAR, "keep_days=30")
     assert InMemoryDb().retention == Retention(keep_days=30)
-    assert InMemoryDb(retention=Retention(keep_versions=2)).retention == Retention(
-        keep_versions=2
-    )
+    assert InMemoryDb(retention=Retention(keep_versions=2)).retention == Retention(keep_versions=2)
     monkeypatch.setenv(ENV_VAR, "keep_weeks=3")
     with pytest.raises(ConfigurationError, match="unknown options"):
         InMemoryDb()
@@ -128,7 +125,7 @@ def test_every_time_travel_method_refuses_a_version_below_the_horizon(db: BaseDb
     agent = _agent(db, 31)
     done = db.compact_session("s1", Retention(keep_versions=10))
     assert done is not None and done.horizon.version == 20
-    calls = {
+    calls: dict[str, Callable[[], object]] = {
         "state at": lambda: agent.get_state_at("s1", 5),
         "diff": lambda: agent.diff_state("s1", from_=5, to=25),
         "rollback": lambda: agent.rollback_state("s1", to=5),

@@ -110,7 +110,7 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
             ]
             fold = (snapshot_version, int(scope[1] or 0), sum(lengths), old_snapshots)
     pipe.multi()
-    if fold is not None:
+    if fold is not None and plan.snapshot is not None:
         snapshot_version, tail, folded, old_snapshots = fold
         versions = list(range(plan.old.version + 1, new.version + 1))
         if versions:

@@ -197,3 +197,11 @@ def test_sessions_compact_one_or_every_session(db: BaseDb) -> None:
     assert sorted(c.session_id for c in every if c.deltas) == ["b", "c"]
     assert {sid: db.read_horizon(sid).version for sid in "abc"} == dict.fromkeys("abc", 15)
     assert sessions.state("b").state == {"n": 20}
+
+
+def test_over_http_the_errors_are_gone_and_conflict_not_server_errors() -> None:
+    from statewise.server._errors import problem_for
+
+    compacted = problem_for(HistoryCompactedError("s1", 3, 8))
+    assert (compacted.status, compacted.extra["oldest_version"]) == (410, 8)
+    assert problem_for(CommitIdExpiredError("refused")).status == 409

@@ -205,3 +205,19 @@ def test_over_http_the_errors_are_gone_and_conflict_not_server_errors() -> None:
     compacted = problem_for(HistoryCompactedError("s1", 3, 8))
     assert (compacted.status, compacted.extra["oldest_version"]) == (410, 8)
     assert problem_for(CommitIdExpiredError("refused")).status == 409
+
+
+def test_rollback_to_the_horizon_takes_shared_scopes_back_to_its_time(db: BaseDb) -> None:
+    agent = Agent(db=db, user_id="u")
+    api = agent.state.for_session("s")
+    api.set("user:tier", "free")
+    for i in range(1, 6):
+        api.set("own", i)
+    time.sleep(0.01)
+    api.set("user:tier", "pro")
+    for i in range(6, 11):
+        api.set("own", i)
+    done = db.compact_session("s", Retention(keep_versions=5))
+    assert done is not None and done.horizon.version == 5
+    agent.rollback_state("s", to=5, include_shared=True)
+    assert agent.get_session_state("s") == {"user:tier": "free", "own": 5}

@@ -126,6 +126,8 @@ class TimeTravel:
                     key, after_version=version - 1, upto_version=version
                 )
                 cutoff = deltas[-1].created_at if deltas else 0.0
+                if not deltas and version:  # (folded into the horizon's snapshot)
+                    cutoff = self._store.db.read_horizon(sid).before
                 for shared in txn.spec.scope_keys()[1:]:
                     shared_version = max(
                         (

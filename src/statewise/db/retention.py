@@ -248,7 +248,10 @@ def plan_compaction(
     if record is None:
         return None
     version = versions[key]
-    deltas = db.read_deltas(key, after_version=old.version, upto_version=version)
+    # Under keep_versions alone only the deltas to fold are read (`slack` of them); a time
+    # limit needs the times of every delta kept.
+    upto = version if retention.keep_days is not None else version - (retention.keep_versions or 0)
+    deltas = db.read_deltas(key, after_version=old.version, upto_version=upto)
     target = old.version
     before = old.before
     if retention.keep_versions is not None:

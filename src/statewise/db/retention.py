@@ -61,7 +61,8 @@ class Retention:
     `keep_days` days of its history; each limit given applies (the stricter wins).
 
     Commit ids are kept for `commit_id_window` seconds (an hour at the least) or as long
-    as the history that holds them, whichever is longer."""
+    as the history that holds them, whichever is longer. `slack`: how many versions past
+    `keep_versions` a session grows before a commit compacts it (see `every`)."""
 
     keep_versions: int | None = None
     keep_days: float | None = None
@@ -185,8 +186,8 @@ class Horizon:
 
     `version`: the oldest version of its own state still answerable (0: nothing was
     compacted; version 0, the empty state, always is). `before`: events and finished runs
-    stamped at or before this time were removed. `ids_before`: commit ids landed before
-    this time were forgotten."""
+    stamped at or before this time were removed. `ids_before`: commit ids made before
+    this time were forgotten (see `forgets`)."""
 
     version: int = 0
     before: float = 0.0

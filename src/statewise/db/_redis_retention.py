@@ -71,25 +71,41 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
     if raw[0] is None or _horizon(raw[1:]) != plan.old:
         return None
     out = Compaction(session_id=sid, horizon=new)
-    # Runs: which go on (kept whole, with their events and commit ids) and which go.
-    members = [dec(m) or "" for m in pipe.zrange(k.runord(sid), 0, -1)]
+    # Everything else is read in two round trips, on the client's own connections: the
+    # WATCH on this one makes EXEC fail if a commit moved the session meanwhile.
+    reads = db.client.pipeline(transaction=False)
+    reads.zrange(k.runord(sid), 0, -1)
+    reads.hgetall(k.evm(sid))
+    reads.hgetall(k.commits(sid))
+    reads.hmget(k.scope(key), "snapshot_version", "tail_bytes")
+    reads.zrangebyscore(k.snapv(key), "-inf", max(0, new.version - 1))
+    raw_members, raw_metas, ids, scope, raw_snapshots = db._call("read", reads.execute)
+    members = [dec(m) or "" for m in raw_members]
     run_ids = [m[12:] for m in members]
-    states = [
-        pipe.hmget(k.runs(sid), f"status:{run_id}", f"updated_at:{run_id}") for run_id in run_ids
-    ]
+    snapshot_version = int(scope[0] or 0)
+    lengths = list(range(max(snapshot_version, plan.old.version) + 1, new.version + 1))
+    if plan.snapshot is not None:
+        for v in lengths:
+            reads.hstrlen(k.dseg(key), v)
+    if run_ids:
+        reads.hmget(k.runs(sid), [f"{f}:{r}" for r in run_ids for f in ("status", "updated_at")])
+    replies = db._call("read", reads.execute) if (run_ids or plan.snapshot) else []
+    fields = replies[-1] if run_ids else []
+    states = list(zip(fields[0::2], fields[1::2], strict=True))
+    folded = sum(replies[: len(lengths)]) if plan.snapshot is not None else 0
+    # Runs: which go on (kept whole, with their events and commit ids) and which go.
     live = {r for r, (status, _u) in zip(run_ids, states, strict=True) if dec(status) in LIVE}
     gone_runs = [
         (member, run_id)
         for member, run_id, (status, updated) in zip(members, run_ids, states, strict=True)
         if run_id not in live and status is not None and float(updated or 0) <= new.before
     ]
-    # Events: seq -> (run id, time).
-    metas = {int(seq): _codec.loads(meta) for seq, meta in pipe.hgetall(k.evm(sid)).items()}
+    # Events: seq -> (type, run id, time).
+    metas = {int(seq): _codec.loads(meta) for seq, meta in raw_metas.items()}
     times = {seq: float(meta[2]) for seq, meta in metas.items()}
     gone_events = [
         seq for seq, meta in metas.items() if float(meta[2]) <= new.before and meta[1] not in live
     ]
-    ids = pipe.hgetall(k.commits(sid))
     gone_ids = []
     for raw_id, result in ids.items():
         commit_id = dec(raw_id) or ""
@@ -97,18 +113,9 @@ def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | No
         if forgets(plan, commit_id, landed, live):
             gone_ids.append(commit_id)
     fold = None
-    if plan.snapshot is not None:
-        scope = pipe.hmget(k.scope(key), "snapshot_version", "tail_bytes")
-        if scope[0] is not None or scope[1] is not None:
-            snapshot_version = int(scope[0] or 0)
-            folded_versions = list(range(1, new.version + 1))
-            lengths = [
-                pipe.hstrlen(k.dseg(key), v) for v in folded_versions if v > snapshot_version
-            ]
-            old_snapshots = [
-                int(v) for v in pipe.zrangebyscore(k.snapv(key), "-inf", new.version - 1)
-            ]
-            fold = (snapshot_version, int(scope[1] or 0), sum(lengths), old_snapshots)
+    if plan.snapshot is not None and (scope[0] is not None or scope[1] is not None):
+        old_snapshots = [int(v) for v in raw_snapshots]
+        fold = (snapshot_version, int(scope[1] or 0), folded, old_snapshots)
     pipe.multi()
     if fold is not None and plan.snapshot is not None:
         snapshot_version, tail, folded, old_snapshots = fold

@@ -221,3 +221,20 @@ def test_rollback_to_the_horizon_takes_shared_scopes_back_to_its_time(db: BaseDb
     assert done is not None and done.horizon.version == 5
     agent.rollback_state("s", to=5, include_shared=True)
     assert agent.get_session_state("s") == {"user:tier": "free", "own": 5}
+
+
+def test_keep_days_finds_the_horizon_by_time(db: BaseDb) -> None:
+    agent = _agent(db, 11)  # versions 1..10
+    key = ScopeKey("session", "s1")
+    made = {d.version: d.created_at for d in db.read_deltas(key)}
+    policy = Retention(keep_days=1)
+    now = (made[6] + made[7]) / 2 + 86400  # a day after a moment between versions 6 and 7
+    done = db.compact_session("s1", policy, now=now)
+    assert done is not None and done.horizon.version == 6
+    assert [d.version for d in db.read_deltas(key)] == [7, 8, 9, 10]
+    assert agent.get_state_at("s1", 6) == {"n": 6}
+    everything = db.compact_session("s1", policy, now=made[10] + 2 * 86400)
+    assert everything is not None and everything.horizon.version == 10
+    assert db.read_deltas(key) == [] and agent.get_session_state("s1") == {"n": 10}
+    agent.state.for_session("s1").set("n", 11)
+    assert agent.get_state_history("s1")[0]["version"] == 11

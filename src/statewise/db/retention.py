@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from statewise.db import _codec
-from statewise.db.records import ScopeKey
+from statewise.db.records import DeltaRecord, ScopeKey
 from statewise.db.replay import apply_segments
 from statewise.exceptions import CommitIdExpiredError, ConfigurationError, HistoryCompactedError
 
@@ -240,19 +240,16 @@ def plan_compaction(
     db: BaseDb, session_id: str, retention: Retention, now: float
 ) -> CompactionPlan | None:
     """Read what a compaction of `session_id` needs and plan it; None when there is no
-    such session. Reads only the retained history (bounded by the policy) and folds the
-    part that falls below the new horizon into a snapshot, in the stored form (secret
-    values stay encrypted)."""
+    such session. Reads only what it folds (the deltas from the newest snapshot at or
+    before the new horizon up to it) and, under `keep_days`, a few single deltas to find
+    the horizon by time; the part below the new horizon becomes a snapshot, in the stored
+    form (secret values stay encrypted)."""
     key = ScopeKey("session", session_id)
     old = db.read_horizon(session_id)
     record, versions = db.probe(session_id, [key])
     if record is None:
         return None
     version = versions[key]
-    # Under keep_versions alone only the deltas to fold are read (`slack` of them); a time
-    # limit needs the times of every delta kept.
-    upto = version if retention.keep_days is not None else version - (retention.keep_versions or 0)
-    deltas = db.read_deltas(key, after_version=old.version, upto_version=upto)
     target = old.version
     before = old.before
     if retention.keep_versions is not None:
@@ -260,21 +257,40 @@ def plan_compaction(
     if retention.keep_days is not None:
         cutoff = now - retention.keep_days * DAY
         before = max(before, cutoff)
-        target = max([target, *(d.version for d in deltas if d.created_at < cutoff)])
+        target = max(target, _last_version_before(db, key, old.version, version, cutoff))
     snapshot = None
     if target > old.version:
-        folded = [d for d in deltas if d.version <= target]
-        if not folded or folded[-1].version != target:
-            return None  # (the history moved under us: another compaction; try later)
-        before = max(before, folded[-1].created_at)
         base, data = db.read_snapshot(key, target)
+        folded = db.read_deltas(key, after_version=max(base, old.version), upto_version=target)
+        last = folded[-1] if folded else _delta_at(db, key, target)
+        if last is None or last.version != target:
+            return None  # (the history moved under us: another compaction; try later)
         for delta in folded:
-            if delta.version > base:
-                apply_segments(key, delta.version, data, delta.segments)
+            apply_segments(key, delta.version, data, delta.segments)
+        before = max(before, last.created_at)
         snapshot = _codec.dumps(data)
     ids_before = max(old.ids_before, min(before, now - retention.commit_id_window))
     new = Horizon(version=target, before=before, ids_before=ids_before)
     return CompactionPlan(session_id=session_id, old=old, new=new, snapshot=snapshot)
+
+
+def _delta_at(db: BaseDb, key: ScopeKey, version: int) -> DeltaRecord | None:
+    found = db.read_deltas(key, after_version=version - 1, upto_version=version)
+    return found[0] if found else None
+
+
+def _last_version_before(db: BaseDb, key: ScopeKey, low: int, high: int, cutoff: float) -> int:
+    """The newest version in (low, high] made before `cutoff` (`low` if none), found by
+    bisection: versions are made in time order, and reading every delta kept would cost
+    as much as the days kept."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        delta = _delta_at(db, key, middle)
+        if delta is not None and delta.created_at < cutoff:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def id_time(commit_id: str) -> float | None:

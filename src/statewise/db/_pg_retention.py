@@ -75,8 +75,10 @@ def write_compaction(conn: Any, s: str, plan: CompactionPlan) -> Compaction | No
     )
     old_ids = [
         commit_id
-        for commit_id, landed in conn.execute(
-            f"SELECT commit_id, created_at FROM {s}.commits WHERE session_id = %s", (sid,)
+        for commit_id, landed in conn.execute(  # (an id is made before it lands)
+            f"SELECT commit_id, created_at FROM {s}.commits "
+            f"WHERE session_id = %s AND created_at < %s",
+            (sid, new.ids_before),
         )
         if forgets(plan, commit_id, landed, live)
     ]

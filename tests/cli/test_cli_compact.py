@@ -50,3 +50,10 @@ def test_compact_needs_a_policy_and_an_existing_session(tmp_path: Path) -> None:
         app, ["sessions", "compact", "--db", url, "--session", "zz", "--keep-days", "1"]
     )
     assert missing.exit_code == 2 and "zz" in missing.output
+
+
+def test_compact_by_the_policy_in_the_url(tmp_path: Path) -> None:
+    url = _database(tmp_path / "c.db") + "?keep_versions=25"
+    done = runner.invoke(app, ["sessions", "compact", "--db", url])
+    assert done.exit_code == 0, done.output
+    assert "compacted 2 sessions: removed 10 deltas" in done.output

@@ -82,8 +82,7 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     old_ids = [
         (sid, commit_id)
         for commit_id, landed in conn.execute(  # (an id is made before it lands)
-            f"SELECT commit_id, created_at FROM {p}commits "
-            f"WHERE session_id = ? AND created_at < ?",
+            f"SELECT commit_id, created_at FROM {p}commits WHERE session_id = ? AND created_at < ?",
             (sid, new.ids_before),
         )
         if forgets(plan, commit_id, landed, live)

@@ -116,7 +116,9 @@ def _backends() -> list[tuple[str, Callable[[Retention | None], BaseDb], Callabl
     try:
         from statewise.db.postgres import PostgresDb
 
-        PostgresDb(POSTGRES_URL, schema="bench_retention_probe").close()
+        import psycopg
+
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
         found.append(
             (
                 "PostgreSQL",

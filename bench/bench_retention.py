@@ -114,9 +114,9 @@ def _backends() -> list[tuple[str, Callable[[Retention | None], BaseDb], Callabl
         )
     ]
     try:
-        from statewise.db.postgres import PostgresDb
-
         import psycopg
+
+        from statewise.db.postgres import PostgresDb
 
         psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
         found.append(

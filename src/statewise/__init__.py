@@ -4,6 +4,7 @@ never stale, and always explainable."""
 from statewise.agent.agent import Agent
 from statewise.agent.service import SessionPage, Sessions, SessionState
 from statewise.agent.summaries import SessionSummary, SessionSummaryManager
+from statewise.db.retention import Retention
 from statewise.run.context import RunContext
 from statewise.run.events import (
     ContentDelta,
@@ -47,6 +48,7 @@ __all__ = [
     "PendingToolCall",
     "Reducer",
     "RequestApproval",
+    "Retention",
     "Router",
     "RunCompleted",
     "RunContext",

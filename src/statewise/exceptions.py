@@ -20,6 +20,8 @@
     │   ├── CorruptRecordError        a stored row that cannot be decoded (names the session)
     │   ├── VersionConflict           internal: a compare-and-swap lost the race
     │   ├── SchemaVersionError        the database was written by an unknown schema version
+    │   ├── HistoryCompactedError     a version below the retained horizon (names both)
+    │   ├── CommitIdExpiredError      a retried commit whose id was forgotten by retention
     │   └── DatabaseUnavailableError  cannot reach or open the database (password masked)
     ├── SecretsError                  missing or wrong STATEWISE_ENCRYPTION_KEY
     ├── InvalidInputError             run input that cannot be stored (not valid Unicode)
@@ -184,6 +186,27 @@ class VersionConflict(StorageError):
 
 class SchemaVersionError(StorageError):
     """The database schema was written by a different statewise version."""
+
+
+class HistoryCompactedError(StorageError):
+    """A version older than what a retention policy kept was asked for (state at it,
+    a diff, rollback or fork to it, its history): it was folded into a snapshot."""
+
+    def __init__(self, session_id: str, version: int | str, oldest: int) -> None:
+        what = f"run {version!r}" if isinstance(version, str) else f"version {version}"
+        super().__init__(
+            f"session {session_id!r}: {what} is older than its retained history, "
+            f"which starts at version {oldest} (a retention policy compacted what came before)"
+        )
+        self.session_id = session_id
+        self.version = version
+        self.oldest = oldest
+
+
+class CommitIdExpiredError(StorageError):
+    """A commit retried with an id made before the time from which the session still
+    remembers commit ids: whether it landed can no longer be told, so it is refused
+    rather than risk applying it twice."""
 
 
 class DatabaseUnavailableError(StorageError, ConnectionError):

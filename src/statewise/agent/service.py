@@ -34,9 +34,10 @@ from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.listing import SessionPage, order_key, page_of
 from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
+from statewise.db.retention import Compaction, Retention
 from statewise.db.store import SessionSpec, StateStore
 from statewise.db.url import resolve_db
-from statewise.exceptions import SessionNotFoundError
+from statewise.exceptions import ConfigurationError, SessionNotFoundError
 from statewise.run.pause import check_answers
 from statewise.run.resume import PausedRun, paused_runs
 from statewise.run.sync import run_sync
@@ -430,6 +431,41 @@ class Sessions(TimeTravel):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---- retention ---------------------------------------------------------------------
+
+    def compact(
+        self, session_id: str | None = None, *, retention: Retention | None = None
+    ) -> list[Compaction]:
+        """Fold the history older than `retention` (default: the database's policy) into a
+        snapshot and remove it, for one session or (None) every session on the database;
+        what each compaction that changed something removed. Current state, retained
+        history and event sequence numbers stay exact; reads below the horizon then raise
+        HistoryCompactedError."""
+        policy = retention or self.db.retention
+        if policy is None:
+            raise ConfigurationError(
+                "no retention policy: pass retention=Retention(keep_versions=..., "
+                "keep_days=...), or give the database one"
+            )
+        if session_id is not None:
+            self.require(session_id)
+            done = self.db.compact_session(session_id, policy)
+            return [done] if done is not None else []
+        out = []
+        cursor: str | None = ""
+        while cursor is not None:
+            page = self.db.list_session_page(limit=COMPACT_PAGE, cursor=cursor or None)
+            for record in page.sessions:
+                done = self.db.compact_session(record.session_id, policy)
+                if done is not None:
+                    out.append(done)
+            cursor = page.next_cursor
+        return out
+
+
+COMPACT_PAGE = 500
+"""Sessions `Sessions.compact` lists at a time when it compacts them all."""
 
 
 def _redacted(read: StateRead) -> StateRead:

@@ -24,7 +24,9 @@ from statewise.db.records import (
     ScopeKey,
     SessionRecord,
 )
+from statewise.db.retention import require_retained
 from statewise.exceptions import (
+    HistoryCompactedError,
     SessionExistsError,
     SessionNotFoundError,
     StateError,
@@ -67,6 +69,8 @@ class TimeTravel:
         after that version; `before` gives the last `limit` commits before that version
         (the page to show when reading back from the newest)."""
         sid, key = self._session_key(session_id)
+        if after_version:  # (the default, 0, lists the retained history)
+            require_retained(self._store.db, sid, after_version)
         upto: int | None = None
         if before is not None:
             upto = before - 1
@@ -105,9 +109,13 @@ class TimeTravel:
             # read the whole delta history for it.
             return self._store.db.probe(key.id, [key])[1][key]
         if isinstance(at, int):
+            require_retained(self._store.db, key.id, at)
             return at
         versions = [d.version for d in self._store.db.read_deltas(key) if d.run_id == at]
         if not versions:
+            oldest = self._store.db.read_horizon(key.id).version
+            if oldest and self._store.db.get_run(key.id, at) is None:
+                raise HistoryCompactedError(key.id, at, oldest)  # (that run is gone too)
             raise StateError(f"run {at!r} made no change to {key}")
         return max(versions)
 
@@ -147,6 +155,8 @@ class TimeTravel:
                     key, after_version=version - 1, upto_version=version
                 )
                 cutoff = deltas[-1].created_at if deltas else 0.0
+                if not deltas and version:  # (folded into the horizon's snapshot)
+                    cutoff = self._store.db.read_horizon(sid).before
                 for shared in txn.spec.scope_keys()[1:]:
                     shared_version = max(
                         (

@@ -28,6 +28,7 @@ def open_db(url: str | None) -> Sessions:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() == "sqlite":
         path = url if not sep else (rest[1:] if rest.startswith("/") else rest)
+        path = path.split("?", 1)[0]  # (options such as ?keep_versions=1000 follow the path)
         if path and path != ":memory:" and not Path(path).is_file():
             raise CliError(
                 f"no database file at {path}",

@@ -1,4 +1,4 @@
-"""`statewise sessions list|show|delete|export|import|prune`, `statewise state
+"""`statewise sessions list|show|delete|compact|export|import|prune`, `statewise state
 rollback|fork` and `statewise runs paused|approve|reject`: managing sessions on a database
 through the public session service (`statewise.Sessions`), never its storage directly.
 
@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from statewise import Retention
 from statewise.cli._errors import CliError, err_console, fail
 from statewise.cli._options import DbOption, JsonOption
 from statewise.cli._state import current, need_session, open_db, unique_tails, when
@@ -32,7 +33,8 @@ SessionArg = Annotated[str, typer.Argument(help="The session id.", show_default=
 
 sessions_app = typer.Typer(
     name="sessions",
-    help="The sessions on a database: list them, look at one, export, import, delete, prune.",
+    help="The sessions on a database: list them, look at one, export, import, delete, prune, "
+    "compact.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -222,6 +224,56 @@ def sessions_prune(
         _confirm(f"delete every session not updated for {older_than:g} days", yes)
         count = sessions.prune(older_than=timedelta(days=older_than))
     typer.echo(f"deleted {count} sessions")
+
+
+@sessions_app.command("compact")
+def sessions_compact(
+    db: DbOption = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session", help="Only this session (default: every one).", show_default=False
+        ),
+    ] = None,
+    keep_versions: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-versions", help="Keep this many versions of each session's state.", min=1
+        ),
+    ] = None,
+    keep_days: Annotated[
+        float | None,
+        typer.Option("--keep-days", help="Keep this many days of each session's history."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Fold history older than the retention policy into a snapshot and remove it. The
+    current state, the history kept and the event numbers stay exact; older versions
+    are gone for good (rollback, fork, diff and history below them are refused). Without
+    --keep-versions/--keep-days, the policy given in the --db URL (?keep_versions=...)."""
+    with _clear_errors(), open_db(db) as sessions:
+        policy = None
+        if keep_versions is not None or keep_days is not None:
+            policy = Retention(keep_versions=keep_versions, keep_days=keep_days)
+        if policy is None and sessions.db.retention is None:
+            raise CliError(
+                "no retention policy: pass --keep-versions and/or --keep-days",
+                hint="or give the database one: --db 'sqlite:///app.db?keep_versions=1000'",
+            )
+        if session is not None:
+            need_session(sessions, session)
+        done = sessions.compact(session, retention=policy)
+    if as_json:
+        _json([c.to_dict() for c in done])
+        return
+    removed = {
+        name: sum(getattr(c, name) for c in done)
+        for name in ("deltas", "snapshots", "events", "runs", "commit_ids")
+    }
+    typer.echo(
+        f"compacted {len(done)} sessions: removed "
+        + ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in removed.items())
+    )
 
 
 @sessions_app.command("export")

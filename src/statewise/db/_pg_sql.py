@@ -12,6 +12,7 @@ client turns into `VersionConflict`; the whole call then rolls back.
 
 from __future__ import annotations
 
+from statewise.db import _pg_retention
 from statewise.db.listing import LISTED_EVERY
 
 CONFLICT_SQLSTATE = "SW409"
@@ -130,6 +131,8 @@ def migrations(s: str) -> list[str]:
         DROP INDEX IF EXISTS {s}.sessions_by_time;
         DROP INDEX IF EXISTS {s}.sessions_by_user;
         """,
+        # Each compacted session's retained horizon (see `statewise.db.retention`).
+        _pg_retention.migration(s),
     ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
+from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention, plan_compaction
 from statewise.db.threads import run_blocking
 from statewise.exceptions import CorruptRecordError, InvalidIdError
 
@@ -116,6 +118,9 @@ def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) ->
 
 class BaseDb(ABC):
     """Sessions, their scoped state (snapshot + deltas), event log and runs."""
+
+    retention: Retention | None = None
+    """The history each session keeps (None: all of it); commits compact by it."""
 
     # ---- primitives every backend implements -------------------------------------------
 
@@ -226,6 +231,20 @@ class BaseDb(ABC):
         """Give up `owner`'s lease on a run (nothing if another owner holds it)."""
 
     @abstractmethod
+    def read_horizon(self, session_id: str) -> Horizon:
+        """Where the session's retained history starts (`Horizon()` if never compacted)."""
+
+    @abstractmethod
+    def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
+        """Apply a planned compaction in one transaction: store `plan.snapshot` at
+        `plan.new.version` (making it the scope's base), delete the session scope's older
+        deltas and snapshots, the events and finished runs stamped at or before
+        `plan.new.before` (never a running or paused run's, nor their events), the commit
+        ids landed before `plan.new.ids_before` (never a live run's), and record
+        `plan.new`. Nothing (None) if the session is gone or its horizon is no longer
+        `plan.old` (another compaction came first)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     # ---- written once for every backend (a backend may override for fewer round trips) ----
@@ -307,6 +326,28 @@ class BaseDb(ABC):
             user_id=user_id, app_name=app_name, limit=limit + 1, offset=offset, cursor=cursor
         )
         return page_of(found, limit)
+
+    def compact_session(
+        self, session_id: str, retention: Retention | None = None, *, now: float | None = None
+    ) -> Compaction | None:
+        """Fold the session's history older than `retention` (default: this database's
+        policy) into a snapshot and remove it; what it removed, or None if there is no
+        such session, no policy, or another compaction of it came first.
+
+        `now` is the time the policy is measured from (tests move it)."""
+        validate_id(session_id)
+        policy = retention or self.retention
+        if policy is None:
+            return None
+        plan = plan_compaction(self, session_id, policy, time.time() if now is None else now)
+        if plan is None or plan.new == plan.old:
+            return None
+        return self.write_compaction(plan)
+
+    async def acompact_session(
+        self, session_id: str, retention: Retention | None = None, *, now: float | None = None
+    ) -> Compaction | None:
+        return await self._run_async(self.compact_session, session_id, retention, now=now)
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)

@@ -38,6 +38,15 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
+from statewise.db.retention import (
+    LIVE_RUN_STATUSES,
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+    forgets,
+)
 from statewise.exceptions import CorruptRecordError, StorageError, VersionConflict
 
 P = ParamSpec("P")
@@ -139,7 +148,9 @@ def _run_out(session_id: str, row: _RunRow) -> RunRecord:
 class InMemoryDb(BaseDb):
     """Everything in this process's memory; gone when it exits."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, retention: Retention | None = None) -> None:
+        self.retention = default_retention(retention)
+        self._horizons: dict[str, Horizon] = {}
         self._lock = threading.RLock()
         self._sessions: dict[str, SessionRecord] = {}
         self._scopes: dict[ScopeKey, _Scope] = {}
@@ -442,6 +453,7 @@ class InMemoryDb(BaseDb):
             self._runs.pop(session_id, None)
             self._scopes.pop(ScopeKey("session", session_id), None)
             self._commits.pop(session_id, None)
+            self._horizons.pop(session_id, None)
             for lease in [k for k in self._leases if k[0] == session_id]:
                 del self._leases[lease]
             return existed
@@ -457,6 +469,64 @@ class InMemoryDb(BaseDb):
                 if s.updated_at < cutoff and (user_id is None or s.user_id == user_id)
             ]
         return sum(self.delete_session(i) for i in ids)
+
+    def read_horizon(self, session_id: str) -> Horizon:
+        with self._lock:
+            return self._horizons.get(session_id) or Horizon()
+
+    def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
+        sid = plan.session_id
+        new = plan.new
+        with self._lock:
+            if sid not in self._sessions or self.read_horizon(sid) != plan.old:
+                return None
+            out = Compaction(session_id=sid, horizon=new)
+            scope = self._scopes.get(ScopeKey("session", sid))
+            if scope is not None and plan.snapshot is not None:
+                folded = [v for v in scope.deltas if v <= new.version]
+                if scope.snapshot_version < new.version:
+                    scope.tail_bytes = max(
+                        0,
+                        scope.tail_bytes
+                        - sum(
+                            len(scope.deltas[v][3]) for v in folded if v > scope.snapshot_version
+                        ),
+                    )
+                    scope.snapshot_version = new.version
+                    scope.snapshot_bytes = len(plan.snapshot)
+                scope.snapshots[new.version] = plan.snapshot
+                for v in folded:
+                    del scope.deltas[v]
+                old_snapshots = [v for v in scope.snapshots if v < new.version]
+                for v in old_snapshots:
+                    del scope.snapshots[v]
+                out.deltas, out.snapshots = len(folded), len(old_snapshots)
+            runs = self._runs.get(sid, {})
+            live = {run_id for run_id, row in runs.items() if row[1] in LIVE_RUN_STATUSES}
+            events = self._events.get(sid, [])
+            times = {row[0]: row[5] for row in events}
+            kept = [row for row in events if row[5] > new.before or row[1] in live]
+            out.events = len(events) - len(kept)
+            self._events[sid] = kept
+            gone = [
+                run_id
+                for run_id, row in runs.items()
+                if row[1] not in LIVE_RUN_STATUSES and row[7] <= new.before
+            ]
+            for run_id in gone:
+                del runs[run_id]
+            out.runs = len(gone)
+            ids = self._commits.get(sid, {})
+            forgotten = [
+                commit_id
+                for commit_id, (_versions, last_seq, _n) in ids.items()
+                if forgets(plan, commit_id, times.get(last_seq), live)
+            ]
+            for commit_id in forgotten:
+                del ids[commit_id]
+            out.commit_ids = len(forgotten)
+            self._horizons[sid] = new
+            return out
 
     def import_records(
         self,

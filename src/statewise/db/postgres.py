@@ -42,7 +42,7 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
     raise MissingDependencyError("psycopg", "postgres") from exc
 
-from statewise.db import _codec
+from statewise.db import _codec, _pg_retention
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
@@ -71,6 +71,13 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     CorruptRecordError,
@@ -145,7 +152,9 @@ class PostgresDb(BaseDb):
         pool_size: int = 10,
         pool_timeout: float = 10.0,
         connect_timeout: float = 5.0,
+        retention: Retention | None = None,
     ) -> None:
+        self.retention = default_retention(retention)
         if not _SCHEMA_RE.match(schema):
             raise StorageError(
                 f"schema must be lowercase letters, digits and '_' (at most 63), not {schema!r}"
@@ -653,7 +662,7 @@ class PostgresDb(BaseDb):
         found = conn.execute(
             f"DELETE FROM {s}.sessions WHERE session_id = ANY(%s::text[])", (ids,)
         ).rowcount
-        for table in ("events", "runs", "commits", "run_leases"):
+        for table in ("events", "runs", "commits", "run_leases", "horizons"):
             conn.execute(f"DELETE FROM {s}.{table} WHERE session_id = ANY(%s::text[])", (ids,))
         for table in ("deltas", "snapshots", "scopes"):
             conn.execute(
@@ -661,6 +670,12 @@ class PostgresDb(BaseDb):
                 (ids,),
             )
         return found
+
+    def read_horizon(self, session_id: str) -> Horizon:
+        return self._read(lambda conn: _pg_retention.read_horizon(conn, self._s, session_id))
+
+    def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
+        return self._transaction(lambda conn: _pg_retention.write_compaction(conn, self._s, plan))
 
     def prune_sessions(
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None

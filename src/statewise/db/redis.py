@@ -61,6 +61,13 @@ from statewise.db.records import (
     decode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, replayed_scope
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.url import mask_password
 from statewise.exceptions import (
     DatabaseUnavailableError,
@@ -98,7 +105,9 @@ class RedisDb(BaseDb):
         client: Any = None,
         connect_timeout: float = 5.0,
         socket_timeout: float | None = 30.0,
+        retention: Retention | None = None,
     ) -> None:
+        self.retention = default_retention(retention)
         if not prefix or any(c in prefix for c in "{}"):
             raise StorageError(f"prefix must be non-empty and without braces, not {prefix!r}")
         self.url = url
@@ -477,6 +486,16 @@ class RedisDb(BaseDb):
         from statewise.db._redis_admin import prune_sessions
 
         return prune_sessions(self, older_than, user_id)
+
+    def read_horizon(self, session_id: str) -> Horizon:
+        from statewise.db._redis_retention import read_horizon
+
+        return read_horizon(self, session_id)
+
+    def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
+        from statewise.db._redis_retention import write_compaction
+
+        return write_compaction(self, plan)
 
     def import_records(
         self,

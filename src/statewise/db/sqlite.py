@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise._workers import Workers
-from statewise.db import _codec, _sqlite_commit
+from statewise.db import _codec, _sqlite_commit, _sqlite_retention
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
@@ -48,6 +48,13 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
+from statewise.db.retention import (
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    Retention,
+    default_retention,
+)
 from statewise.db.threads import run_blocking
 from statewise.exceptions import (
     CorruptRecordError,
@@ -345,6 +352,8 @@ def _migrations(p: str) -> list[str]:
                 WHERE rowid = NEW.rowid;
         END;
         """,
+        # 9: each compacted session's retained horizon (see `statewise.db.retention`).
+        _sqlite_retention.migration(p),
     ]
 
 
@@ -418,7 +427,9 @@ class SqliteDb(BaseDb):
         table_prefix: str = "statewise_",
         synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         busy_timeout: float = 30.0,
+        retention: Retention | None = None,
     ) -> None:
+        self.retention = default_retention(retention)
         if not table_prefix.replace("_", "").isalnum():
             raise StorageError(f"table_prefix must be letters, digits and '_': {table_prefix!r}")
         if synchronous not in ("FULL", "NORMAL", "OFF"):
@@ -1307,13 +1318,24 @@ class SqliteDb(BaseDb):
         p = self.table_prefix
         marks = ",".join("?" * len(ids))
         found = conn.execute(f"DELETE FROM {p}sessions WHERE session_id IN ({marks})", ids).rowcount
-        for table in ("events", "runs", "commits", "run_leases"):
+        for table in ("events", "runs", "commits", "run_leases", "horizons"):
             conn.execute(f"DELETE FROM {p}{table} WHERE session_id IN ({marks})", ids)
         for table in ("deltas", "snapshots", "scopes"):
             conn.execute(
                 f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id IN ({marks})", ids
             )
         return int(found)
+
+    def read_horizon(self, session_id: str) -> Horizon:
+        return _sqlite_retention.read_horizon(self._conn, self.table_prefix, session_id)
+
+    def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
+        try:
+            return self._write(
+                lambda conn: _sqlite_retention.write_compaction(conn, self.table_prefix, plan)
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite compaction in {self.db_file!r} failed: {exc}") from exc
 
     def prune_sessions(
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None
@@ -1464,6 +1486,7 @@ class SqliteStorage(SqliteDb):
         auto_upgrade_schema: bool = True,
         synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         busy_timeout: float = 30.0,
+        retention: Retention | None = None,
     ) -> None:
         if db_url is not None and db_file is not None:
             raise StorageError("SqliteStorage: give db_file= or db_url=, not both")
@@ -1483,4 +1506,5 @@ class SqliteStorage(SqliteDb):
             table_prefix=f"{table_name}_",
             synchronous=synchronous,
             busy_timeout=busy_timeout,
+            retention=retention,
         )

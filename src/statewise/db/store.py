@@ -60,6 +60,12 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import apply_segments
+from statewise.db.retention import (
+    check_commit_id,
+    compact_after_commit,
+    is_old_id,
+    require_retained,
+)
 from statewise.db.state_codec import StateCodec
 from statewise.db.transaction import AsyncTransaction, Transaction, checkout_at
 from statewise.db.working import (
@@ -486,7 +492,11 @@ class StateStore:
         if version <= 0:
             return {}
         snapshot_version, data = self.db.read_snapshot(key, version)
-        for delta in self.db.read_deltas(key, after_version=snapshot_version, upto_version=version):
+        deltas = self.db.read_deltas(key, after_version=snapshot_version, upto_version=version)
+        if (deltas[0].version if deltas else version + 1) != snapshot_version + 1:
+            # A gap: history below a retention horizon was compacted away.
+            require_retained(self.db, key.id, version)
+        for delta in deltas:
             apply_segments(key, delta.version, data, delta.segments)
         return data
 
@@ -550,6 +560,18 @@ class StateStore:
     async def _aland(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
+        """`_aland_once`, with the retention policy's checks around it (see `land`)."""
+        session_id = ws.spec.session_id
+        if is_old_id(attempt.commit_id):
+            await self.db.run_io(check_commit_id, self.db, session_id, attempt.commit_id)
+        committed = await self._aland_once(ws, attempt, policy)
+        if self._compaction_due(attempt, committed, session_id):
+            await self.db.run_io(compact_after_commit, self.db, session_id)
+        return committed
+
+    async def _aland_once(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
+    ) -> Committed:
         """The common case (the write lands at the first try) is recorded on the loop; a
         lost race and a replay read, so they leave it."""
         if self._queues_at_once(ws, attempt):
@@ -592,7 +614,36 @@ class StateStore:
     def land(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        """Write `attempt`, rebasing it if it lost a race, and record what landed."""
+        """Write `attempt`, rebasing it if it lost a race, and record what landed.
+
+        Under a retention policy, a commit whose id the session may have forgotten is
+        refused first, and a commit that takes the session past its policy's slack is
+        followed by a compaction, in a transaction of its own (its failure is logged: the
+        commit landed, and a later commit compacts)."""
+        session_id = ws.spec.session_id
+        check_commit_id(self.db, session_id, attempt.commit_id)
+        committed = self._land_once(ws, attempt, policy)
+        if self._compaction_due(attempt, committed, session_id):
+            compact_after_commit(self.db, session_id)
+        return committed
+
+    def _compaction_due(
+        self, attempt: CommitAttempt, committed: Committed, session_id: str
+    ) -> bool:
+        retention = self.db.retention
+        return (
+            retention is not None
+            and not committed.replayed
+            and retention.due(
+                committed.versions.get(ScopeKey("session", session_id)),
+                committed.last_seq,
+                len(attempt.events),
+            )
+        )
+
+    def _land_once(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
+    ) -> Committed:
         if self._queues_at_once(ws, attempt):
             return self._after_lost_race(ws, attempt, policy)
         try:

@@ -1,5 +1,6 @@
 """Pick a backend from a URL: `sqlite:///path[?table_prefix=]`, `memory://`,
-`postgresql://...[?schema=]`, `redis://...[?prefix=]`."""
+`postgresql://...[?schema=]`, `redis://...[?prefix=]`; on any of them the retention
+options `keep_versions=`, `keep_days=`, `commit_id_window=` and `slack=` (see `Retention`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from statewise.db.base import BaseDb
+from statewise.db.retention import URL_OPTIONS, Retention
 from statewise.exceptions import ConfigurationError
 
 
@@ -32,14 +34,19 @@ def db_from_url(url: str) -> BaseDb:
     if scheme == "sqlite":
         from statewise.db.sqlite import SqliteDb
 
-        path, options = split_options(rest[1:] if rest.startswith("/") else rest, {"table_prefix"})
+        path, options = split_options(
+            rest[1:] if rest.startswith("/") else rest, {"table_prefix", *URL_OPTIONS}
+        )
         return SqliteDb(
-            db_file=path or ":memory:", table_prefix=options.get("table_prefix", "statewise_")
+            db_file=path or ":memory:",
+            table_prefix=options.get("table_prefix", "statewise_"),
+            retention=Retention.from_options(options),
         )
     if scheme == "memory":
         from statewise.db.memory import InMemoryDb
 
-        return InMemoryDb()
+        _rest, options = split_options(url, URL_OPTIONS)
+        return InMemoryDb(retention=Retention.from_options(options))
     backends = {
         "postgres": ("statewise.db.postgres", "PostgresDb", "db_url"),
         "postgresql": ("statewise.db.postgres", "PostgresDb", "db_url"),
@@ -49,8 +56,10 @@ def db_from_url(url: str) -> BaseDb:
     if scheme in backends:
         module, cls, arg = backends[scheme]
         factory: Any = getattr(import_module(module), cls)
-        url, options = split_options(url, {"schema", "prefix"})
-        db: BaseDb = factory(**{arg: url}, **options)
+        url, options = split_options(url, {"schema", "prefix", *URL_OPTIONS})
+        retention = Retention.from_options(options)
+        named = {k: v for k, v in options.items() if k not in URL_OPTIONS}
+        db: BaseDb = factory(**{arg: url}, **named, retention=retention)
         return db
     raise ConfigurationError(
         f"unknown database URL scheme {scheme!r} in {mask_password(url)!r}; use sqlite:///path, "
@@ -58,7 +67,7 @@ def db_from_url(url: str) -> BaseDb:
     )
 
 
-OWN_OPTIONS = frozenset({"schema", "prefix", "table_prefix"})
+OWN_OPTIONS = frozenset({"schema", "prefix", "table_prefix", *URL_OPTIONS})
 """statewise's own query parameters in a database URL (no driver knows them)."""
 
 
@@ -66,7 +75,7 @@ def split_options(
     url: str, names: set[str] | frozenset[str] = OWN_OPTIONS
 ) -> tuple[str, dict[str, str]]:
     """Take statewise's own query parameters (`?schema=` for PostgreSQL, `?prefix=` for
-    Redis, `?table_prefix=` for SQLite) out of a URL, leaving the driver's own parameters
+    Redis, `?table_prefix=` for SQLite, the retention options) out of a URL, leaving the driver's own parameters
     in place."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)

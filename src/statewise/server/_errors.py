@@ -15,8 +15,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from statewise.exceptions import (
+    CommitIdExpiredError,
     ConfigurationError,
     DatabaseUnavailableError,
+    HistoryCompactedError,
     InvalidApprovalError,
     InvalidIdError,
     InvalidInputError,
@@ -106,6 +108,10 @@ def problem_for(exc: BaseException) -> Problem:
         return Problem(422, str(exc), title="Invalid state change")
     if isinstance(exc, InvalidInputError):
         return Problem(422, str(exc), title="Invalid run input")
+    if isinstance(exc, HistoryCompactedError):
+        return Problem(410, str(exc), title="History compacted", oldest_version=exc.oldest)
+    if isinstance(exc, CommitIdExpiredError):
+        return Problem(409, str(exc), title="Commit id expired")
     if isinstance(exc, DatabaseUnavailableError):
         return Problem(503, str(exc), title="Database unavailable")
     if isinstance(exc, StorageError):

@@ -74,6 +74,12 @@ class Harness:
         delta at version `at`, a session's event `at` (seq) or run `at` (run id)."""
         raise NotImplementedError
 
+    def stored_rows(self, session_id: str) -> dict[str, int]:
+        """How many records the session's history holds, read raw: `deltas` and
+        `snapshots` of its own scope, `events`, `runs` and `commit_ids` (for the retention
+        cases: storage stays bounded under a policy)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         self._stack.close()
 
@@ -120,11 +126,18 @@ def all_cases(*, include_store: bool = True) -> list[Callable[[Harness], None]]:
         cases_history,
         cases_listing,
         cases_ownership,
+        cases_retention,
         store_cases,
     )
 
     # registered into the same list
-    assert cases_history.CASES is cases_ownership.CASES is cases_listing.CASES is cases.CASES
+    assert (
+        cases_history.CASES
+        is cases_ownership.CASES
+        is cases_listing.CASES
+        is cases_retention.CASES
+        is cases.CASES
+    )
 
     found = list(cases.CASES)
     if include_store:

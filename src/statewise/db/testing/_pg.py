@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
 from statewise.db.testing import CorruptTarget, Harness
-from statewise.db.testing.harnesses import _corrupt_sql
+from statewise.db.testing.harnesses import _corrupt_sql, stored_rows_sql
 
 
 class PostgresHarness(Harness):
@@ -51,6 +51,15 @@ class PostgresHarness(Harness):
         with psycopg.connect(self.url, autocommit=True) as conn:
             changed = conn.execute(sql, params).rowcount
         assert changed == 1, f"corrupt {target}: no such record"
+
+    def stored_rows(self, session_id: str) -> dict[str, int]:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return {
+                name: conn.execute(sql, (session_id,)).fetchone()[0]  # type: ignore[index]
+                for name, sql in stored_rows_sql(f'"{self.schema}".', "%s").items()
+            }
 
     def close(self) -> None:
         import psycopg

@@ -61,6 +61,20 @@ class RedisHarness(Harness):
         assert db.client.hexists(name, field), f"corrupt {target}: no such record"
         db.client.hset(name, field, GARBAGE)
 
+    def stored_rows(self, session_id: str) -> dict[str, int]:
+        from statewise.db.redis import RedisDb
+
+        db = self.db
+        assert isinstance(db, RedisDb)
+        k, key = db.keys, ScopeKey("session", session_id)
+        return {
+            "deltas": db.client.hlen(k.dseg(key)),
+            "snapshots": db.client.zcard(k.snapv(key)),
+            "events": db.client.hlen(k.evm(session_id)),
+            "runs": db.client.zcard(k.runord(session_id)),
+            "commit_ids": db.client.hlen(k.commits(session_id)),
+        }
+
     def close(self) -> None:
         import redis
 

@@ -64,6 +64,19 @@ class MemoryHarness(Harness):
                 runs = db._runs[_need(session_id, "session_id")]
                 runs[str(at)] = (*runs[str(at)][:8], GARBAGE, 0)
 
+    def stored_rows(self, session_id: str) -> dict[str, int]:
+        db = self.db
+        assert isinstance(db, InMemoryDb)
+        with db._lock:
+            scope = db._scopes.get(ScopeKey("session", session_id))
+            return {
+                "deltas": len(scope.deltas) if scope else 0,
+                "snapshots": len(scope.snapshots) if scope else 0,
+                "events": len(db._events.get(session_id, [])),
+                "runs": len(db._runs.get(session_id, {})),
+                "commit_ids": len(db._commits.get(session_id, {})),
+            }
+
 
 class SqliteHarness(Harness):
     name = "sqlite"
@@ -103,6 +116,38 @@ class SqliteHarness(Harness):
         finally:
             conn.close()
         assert changed == 1, f"corrupt {target}: no such record"
+
+    def stored_rows(self, session_id: str) -> dict[str, int]:
+        import sqlite3
+
+        db = self.db
+        assert isinstance(db, SqliteDb)
+        conn = sqlite3.connect(self.path)
+        try:
+            counts = {
+                name: conn.execute(sql, (session_id,)).fetchone()[0]
+                for name, sql in stored_rows_sql(db.table_prefix, "?").items()
+            }
+            counts["commit_ids"] += conn.execute(  # (most ids live in their last event's row)
+                f"SELECT count(*) FROM {db.table_prefix}events "
+                f"WHERE session_id = ? AND commit_id IS NOT NULL",
+                (session_id,),
+            ).fetchone()[0]
+            return counts
+        finally:
+            conn.close()
+
+
+def stored_rows_sql(p: str, mark: str) -> dict[str, str]:
+    """The counts `Harness.stored_rows` reads, as SQL (SQLite and Postgres)."""
+    scope = f"kind = 'session' AND scope_id = {mark}"
+    return {
+        "deltas": f"SELECT count(*) FROM {p}deltas WHERE {scope}",
+        "snapshots": f"SELECT count(*) FROM {p}snapshots WHERE {scope}",
+        "events": f"SELECT count(*) FROM {p}events WHERE session_id = {mark}",
+        "runs": f"SELECT count(*) FROM {p}runs WHERE session_id = {mark}",
+        "commit_ids": f"SELECT count(*) FROM {p}commits WHERE session_id = {mark}",
+    }
 
 
 def _corrupt_sql(

@@ -1,0 +1,153 @@
+"""SQLite's side of a compaction (see `statewise.db.retention`): the statements that
+apply a planned compaction inside the caller's write transaction, and the schema that
+records each session's horizon."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from statewise.db import _codec
+from statewise.db.retention import (
+    LIVE_RUN_STATUSES,
+    Compaction,
+    CompactionPlan,
+    Horizon,
+    forgets,
+)
+
+_LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
+
+DELTA_REFERENCE = "@"
+"""How SQLite stores a `state_delta` event that refers to its delta (`sqlite._event_text`;
+the two must agree, a test checks)."""
+
+
+def migration(p: str) -> str:
+    """A table of its own (not a column of `sessions`), so the commit path, which never
+    reads a horizon, writes no wider a row."""
+    return f"""
+        CREATE TABLE IF NOT EXISTS {p}horizons (
+            session_id TEXT PRIMARY KEY,
+            version INTEGER NOT NULL,
+            before REAL NOT NULL,
+            ids_before REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+
+
+def read_horizon(conn: sqlite3.Connection, p: str, session_id: str) -> Horizon:
+    row = conn.execute(
+        f"SELECT version, before, ids_before FROM {p}horizons WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return Horizon(version=row[0], before=row[1], ids_before=row[2]) if row else Horizon()
+
+
+def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> Compaction | None:
+    """Apply `plan` in the caller's transaction (which holds the write lock)."""
+    sid = plan.session_id
+    new = plan.new
+    if read_horizon(conn, p, sid) != plan.old:
+        return None
+    if conn.execute(f"SELECT 1 FROM {p}sessions WHERE session_id = ?", (sid,)).fetchone() is None:
+        return None
+    out = Compaction(session_id=sid, horizon=new)
+    live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
+    if plan.snapshot is not None:
+        _inline_kept_references(conn, p, sid, new, live_runs)
+        _fold(conn, p, sid, new.version, plan.snapshot, out)
+    removed_events = (
+        f"session_id = ? AND created_at <= ? AND (run_id IS NULL OR run_id NOT IN ({live_runs}))"
+    )
+    # Ids held in rows of events that go move to `commits` (and go below if old enough).
+    conn.execute(
+        f"INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at) "
+        f"SELECT session_id, commit_id, commit_result, created_at FROM {p}events "
+        f"WHERE {removed_events} AND commit_id IS NOT NULL",
+        (sid, new.before, sid),
+    )
+    out.events = conn.execute(
+        f"DELETE FROM {p}events WHERE {removed_events}", (sid, new.before, sid)
+    ).rowcount
+    out.runs = conn.execute(
+        f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
+        (sid, new.before),
+    ).rowcount
+    conn.execute(
+        f"DELETE FROM {p}run_leases WHERE session_id = ? "
+        f"AND run_id NOT IN (SELECT run_id FROM {p}runs WHERE session_id = ?)",
+        (sid, sid),
+    )
+    live = {row[0] for row in conn.execute(live_runs, (sid,))}
+    old_ids = [
+        (sid, commit_id)
+        for commit_id, landed in conn.execute(  # (an id is made before it lands)
+            f"SELECT commit_id, created_at FROM {p}commits WHERE session_id = ? AND created_at < ?",
+            (sid, new.ids_before),
+        )
+        if forgets(plan, commit_id, landed, live)
+    ]
+    conn.executemany(f"DELETE FROM {p}commits WHERE session_id = ? AND commit_id = ?", old_ids)
+    out.commit_ids = len(old_ids)
+    conn.execute(
+        f"INSERT INTO {p}horizons (session_id, version, before, ids_before) VALUES (?,?,?,?) "
+        f"ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
+        f"before = excluded.before, ids_before = excluded.ids_before",
+        (sid, new.version, new.before, new.ids_before),
+    )
+    return out
+
+
+def _inline_kept_references(
+    conn: sqlite3.Connection, p: str, sid: str, new: Horizon, live_runs: str
+) -> None:
+    """A kept `state_delta` event stored as a reference to a delta the fold deletes (a
+    live run's, older than the horizon) gets the delta's segments written into it."""
+    rows = conn.execute(
+        f"SELECT e.rowid, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
+        f"ON d.kind = 'session' AND d.scope_id = ? "
+        f"AND d.version = json_extract(substr(e.data, 2), '$.version') "
+        f"WHERE e.session_id = ? AND e.type = 'state_delta' AND e.data LIKE ? "
+        f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
+        f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
+        f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
+        (sid, sid, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+    ).fetchall()
+    for rowid, data, segments in rows:
+        inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
+        inlined["segments"] = _codec.loads(segments)
+        conn.execute(
+            f"UPDATE {p}events SET data = ? WHERE rowid = ?", (_codec.dumps(inlined), rowid)
+        )
+
+
+def _fold(
+    conn: sqlite3.Connection, p: str, sid: str, version: int, snapshot: str, out: Compaction
+) -> None:
+    """Make the snapshot at `version` the scope's base and delete what it replaces."""
+    scope = "kind = 'session' AND scope_id = ?"
+    row = conn.execute(f"SELECT snapshot_version FROM {p}scopes WHERE {scope}", (sid,)).fetchone()
+    if row is None:
+        return
+    if row[0] < version:
+        folded = conn.execute(
+            f"SELECT coalesce(sum(length(segments)), 0) FROM {p}deltas "
+            f"WHERE {scope} AND version > ? AND version <= ?",
+            (sid, row[0], version),
+        ).fetchone()[0]
+        conn.execute(
+            f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
+            f"tail_bytes = max(0, tail_bytes - ?) WHERE {scope}",
+            (version, len(snapshot), folded, sid),
+        )
+    conn.execute(
+        f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES ('session', ?, ?, ?) "
+        f"ON CONFLICT (kind, scope_id, version) DO NOTHING",
+        (sid, version, snapshot),
+    )
+    out.deltas = conn.execute(
+        f"DELETE FROM {p}deltas WHERE {scope} AND version <= ?", (sid, version)
+    ).rowcount
+    out.snapshots = conn.execute(
+        f"DELETE FROM {p}snapshots WHERE {scope} AND version < ?", (sid, version)
+    ).rowcount

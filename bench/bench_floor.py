@@ -433,13 +433,12 @@ def fleet_section(quick: bool, work: Path, rows: list[Row], notes: list[str]) ->
             fleet.queue(BARE_QUEUE, polling_interval=0.05)
         in_rate, in_xacts, in_cpu = _in_process_cell(url, runs)
         queued: dict[int, tuple[float, float, float]] = {}
+        bare: dict[int, tuple[float, float, float]] = {}
         steps = 0
-        for workers in FLEET_WORKERS:
+        for workers in FLEET_WORKERS:  # side by side: each bare cell right after its pair
             rate, xacts, cpu, ids = _queued_cell(url, workers, runs, logs, bare_steps=None)
             queued[workers] = (rate, xacts, cpu)
             steps = _steps_of(url, ids[-1])
-        bare: dict[int, tuple[float, float, float]] = {}
-        for workers in FLEET_WORKERS:
             rate, xacts, cpu, _ = _queued_cell(url, workers, runs, logs, bare_steps=steps)
             bare[workers] = (rate, xacts, cpu)
     for workers in FLEET_WORKERS:

@@ -283,6 +283,27 @@ class BaseDb(ABC):
         """
         return self.commit(build(self.probe_tails(session_id, bases)))
 
+    def commit_rebased_together(
+        self,
+        session_id: str,
+        entries: Sequence[
+            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
+        ],
+    ) -> list[CommitResult | Exception]:
+        """Several writers' `commit_rebased` of one session, in order, each rebased onto
+        the ones before it (an entry's bases are asked for when its turn comes). A
+        backend that can makes them one transaction, hence one durable write for all
+        (a group commit): each entry is still a commit of its own (its id, its deltas,
+        its events). Each entry's outcome in order: its result, or what it raised, which
+        does not stop the others. Written once here as one `commit_rebased` each."""
+        outcomes: list[CommitResult | Exception] = []
+        for bases_of, build in entries:
+            try:
+                outcomes.append(self.commit_rebased(session_id, bases_of(), build))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)
         return self.probe(session_id, ())[0]

@@ -151,6 +151,8 @@ def hot_section(quick: bool, work: Path, rows: list[Row], notes: list[str]) -> N
     try:
         rates: dict[tuple[str, str, int], list[float]] = {}
         lost: dict[str, int] = {}
+        for db in backends.values():  # warm-up: connections, caches, the first session
+            _writers(Agent(name="hot", db=db), ["warm-a", "warm-b"], 0.3)
         for round_ in range(rounds):
             for name, db in backends.items():
                 agent = Agent(name="hot", db=db)

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
-from statewise.db.base import BaseDb, ProbedTails
+from statewise.db.base import BaseDb, GroupReads, ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -239,10 +239,6 @@ def run_locked_group(
     outcomes: list[CommitResult | Exception] = []
     sent: list[tuple[Commit, Any, float] | None] = []
     bases = [dict(bases_of()) for bases_of, _ in entries]
-    oldest: dict[ScopeKey, int] = {}
-    for held in bases:
-        for key, version in held.items():
-            oldest[key] = min(version, oldest.get(key, version))
     with db._connection() as conn:
         try:
             try:
@@ -252,18 +248,11 @@ def run_locked_group(
                         f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
                         (session_id,),
                     )
-                    record, versions, tails = db._probe_tails_on(conn, session_id, oldest)
-                    landed = {key: list(tails.get(key, ())) for key in oldest}
+                    reads = GroupReads(
+                        db._probe_tails_on(conn, session_id, GroupReads.oldest(bases))
+                    )
                     for held, (_, build) in zip(bases, entries, strict=True):
-                        probed = (
-                            record,
-                            {key: versions[key] for key in held},
-                            {
-                                key: [d for d in landed[key] if d.version > after]
-                                for key, after in held.items()
-                                if versions[key] != after
-                            },
-                        )
+                        probed = reads.for_entry(held)
                         try:
                             commit = build(probed)
                         except Exception as exc:  # that writer's (a strict key, a bad value)
@@ -274,9 +263,7 @@ def run_locked_group(
                         sql, params = commit_params(s, commit, now)
                         sent.append((commit, conn.execute(sql, params), now))
                         outcomes.append(VersionConflict("(pending)", 0))  # its result, below
-                        for write in commit.writes:
-                            landed.setdefault(write.key, []).append(_delta_of(commit, write, now))
-                            versions[write.key] = write.base_version + 1
+                        reads.wrote(commit, now)
                     conn.execute("COMMIT")
                 for index, item in enumerate(sent):
                     if item is not None:
@@ -306,21 +293,6 @@ def run_locked_group(
         except Exception as failure:
             alone.append(failure)
     return alone
-
-
-def _delta_of(commit: Commit, write: Any, now: float) -> DeltaRecord:
-    """The delta `write` stores, as a later entry of the same group reads it."""
-    return DeltaRecord(
-        key=write.key,
-        version=write.base_version + 1,
-        session_id=commit.session.session_id,
-        run_id=commit.run_id,
-        step=commit.step,
-        segments=list(write.segments),
-        conflicts=list(write.conflicts),
-        created_at=now,
-        stored_bytes=write.delta_bytes,
-    )
 
 
 def _resend(

@@ -113,6 +113,56 @@ def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) ->
     return now - float(older_than)
 
 
+class GroupReads:
+    """What each entry of a group commit (`BaseDb.commit_rebased_together`) reads, from
+    one read of what landed since the oldest base of the group: the rest are the deltas
+    of the entries before it, known here as they are written, not read back."""
+
+    def __init__(self, probed: ProbedTails) -> None:
+        self.record, self.versions, tails = probed
+        self.versions = dict(self.versions)
+        self.landed: dict[ScopeKey, list[DeltaRecord]] = {k: list(v) for k, v in tails.items()}
+
+    @staticmethod
+    def oldest(bases: Sequence[Mapping[ScopeKey, int]]) -> dict[ScopeKey, int]:
+        oldest: dict[ScopeKey, int] = {}
+        for held in bases:
+            for key, version in held.items():
+                oldest[key] = min(version, oldest.get(key, version))
+        return oldest
+
+    def for_entry(self, held: Mapping[ScopeKey, int]) -> ProbedTails:
+        """What `probe_tails(session, held)` would read now, in the group's transaction."""
+        versions = self.versions
+        return (
+            self.record,
+            {key: versions[key] for key in held},
+            {
+                key: [d for d in self.landed.get(key, ()) if d.version > after]
+                for key, after in held.items()
+                if versions[key] != after
+            },
+        )
+
+    def wrote(self, commit: Commit, now: float) -> None:
+        """`commit` was written in the group's transaction (before the entries after it)."""
+        for write in commit.writes:
+            self.landed.setdefault(write.key, []).append(
+                DeltaRecord(
+                    key=write.key,
+                    version=write.base_version + 1,
+                    session_id=commit.session.session_id,
+                    run_id=commit.run_id,
+                    step=commit.step,
+                    segments=list(write.segments),
+                    conflicts=list(write.conflicts),
+                    created_at=now,
+                    stored_bytes=write.delta_bytes,
+                )
+            )
+            self.versions[write.key] = write.base_version + 1
+
+
 class BaseDb(ABC):
     """Sessions, their scoped state (snapshot + deltas), event log and runs."""
 

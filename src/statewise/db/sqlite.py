@@ -24,6 +24,7 @@ from statewise._workers import Workers
 from statewise.db import _codec, _sqlite_commit
 from statewise.db.base import (
     BaseDb,
+    GroupReads,
     ProbedTails,
     ScopesRead,
     on_private_loop,
@@ -893,9 +894,9 @@ class SqliteDb(BaseDb):
             tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
         ],
     ) -> list[CommitResult | Exception]:
-        """In one write transaction (one sync of the WAL for all; see `BaseDb`): each
-        entry reads what landed since its bases on the writing connection, which sees the
-        entries before it, and writes inside a savepoint of its own."""
+        """In one write transaction (one sync of the WAL for all; see `BaseDb`): what
+        landed since the oldest base is read once, each entry rebases onto that and the
+        entries before it (`GroupReads`), and writes inside a savepoint of its own."""
         if len(entries) < 2:
             return BaseDb.commit_rebased_together(self, session_id, entries)
         outcomes: list[CommitResult | Exception] = []
@@ -903,9 +904,11 @@ class SqliteDb(BaseDb):
 
         def write_all(conn: sqlite3.Connection) -> None:
             nonlocal large
-            for bases_of, build in entries:
+            bases = [dict(bases_of()) for bases_of, _ in entries]
+            reads = GroupReads(self.probe_tails(session_id, GroupReads.oldest(bases)))
+            for held, (_, build) in zip(bases, entries, strict=True):
                 try:
-                    commit = build(self.probe_tails(session_id, bases_of()))
+                    commit = build(reads.for_entry(held))
                 except Exception as exc:  # that writer's (a strict key, a bad value)
                     outcomes.append(exc)
                     continue
@@ -924,6 +927,8 @@ class SqliteDb(BaseDb):
                 conn.execute("RELEASE SAVEPOINT statewise_entry")
                 large += written
                 outcomes.append(result)
+                if not result.replayed:
+                    reads.wrote(commit, time.time())
 
         try:
             self._write(write_all)

@@ -134,6 +134,11 @@ class _SessionTurns:
                 lock = self._locks[session_id] = threading.Lock()
             return lock
 
+    def busy(self, session_id: str) -> bool:
+        """Whether writers of this process are queued for the session."""
+        with self._guard:
+            return bool(self._queues.get(session_id))
+
     def commit(
         self,
         db: BaseDb,
@@ -931,8 +936,10 @@ class StateStore:
         built: list[tuple[Commit, list[dict[str, Any]]]] = []
 
         def build(probed: ProbedTails) -> Commit:
-            if not self._rebase(ws, pending, policy, probed):
-                # Nobody landed before us in the queue: the session is quiet again.
+            if not self._rebase(ws, pending, policy, probed) and not self._turns.busy(
+                ws.spec.session_id
+            ):
+                # Nobody landed before us, nobody of ours waits: the session is quiet again.
                 self._contended.discard(ws.spec.session_id)
             built.append(
                 self._build_commit(

@@ -22,15 +22,14 @@ import asyncio
 import itertools
 import os
 import random
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from statewise.db import _codec
+from statewise.db._group import session_turns
 from statewise.db.base import BaseDb, ProbedTails, on_private_loop, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
@@ -91,120 +90,6 @@ CATCH_UP_DELTAS = 64  # a cached tree further behind than this is reloaded inste
 CONTENDED_KEPT = 1024  # sessions remembered as contended, then all forgotten at once
 
 
-GROUP_MAX = 64  # commits of one session landed together at most
-
-
-@dataclass(eq=False)
-class _Entry:
-    """One writer's rebased commit, waiting for its turn or for a leader to land it."""
-
-    bases_of: Callable[[], Mapping[ScopeKey, int]]
-    build: Callable[[ProbedTails], Commit]
-    done: bool = False
-    result: CommitResult | None = None
-    error: Exception | None = None
-
-
-class _SessionTurns:
-    """Per-session group commit for the writers of this process (every store on one
-    database object shares it).
-
-    A writer that lost a race on a session (or writes one known to be contended) joins
-    the session's queue and takes the session's lock; whoever holds it lands every
-    commit queued so far in one transaction (`BaseDb.commit_rebased_together`), each
-    rebased onto those before it, and the others find theirs landed when they get the
-    lock. So the writers of one process never lose to each other, and N of them pay one
-    durable write instead of N. Each commit is still its own (id, deltas, events), and
-    none returns before the transaction that holds it is durable."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-        self._queues: dict[str, list[_Entry]] = {}
-
-    def of(self, session_id: str) -> threading.Lock:
-        with self._guard:
-            lock = self._locks.get(session_id)
-            if lock is None:
-                if len(self._locks) >= CONTENDED_KEPT:
-                    # Forget the idle ones (a lock someone holds or waits for stays).
-                    busy = {k for k, v in self._locks.items() if v.locked() or self._queues.get(k)}
-                    self._locks = {k: self._locks[k] for k in busy}
-                    self._queues = {k: q for k, q in self._queues.items() if k in busy}
-                lock = self._locks[session_id] = threading.Lock()
-            return lock
-
-    def busy(self, session_id: str) -> bool:
-        """Whether writers of this process are queued for the session."""
-        with self._guard:
-            return bool(self._queues.get(session_id))
-
-    def commit(
-        self,
-        db: BaseDb,
-        session_id: str,
-        bases_of: Callable[[], Mapping[ScopeKey, int]],
-        build: Callable[[ProbedTails], Commit],
-        *,
-        alone: bool = False,
-    ) -> CommitResult:
-        """Land one writer's rebased commit in its turn; `alone`: in a transaction of its
-        own (its rebase may reload a scope, which reads outside the group's transaction)."""
-        entry = _Entry(bases_of, build)
-        turn = self.of(session_id)
-        if alone:
-            with turn:
-                self._land(db, session_id, [entry])
-        else:
-            with self._guard:
-                self._queues.setdefault(session_id, []).append(entry)
-        with turn:
-            if not entry.done:
-                with self._guard:
-                    queue = self._queues.get(session_id, [])
-                    group, queue[:] = queue[:GROUP_MAX], queue[GROUP_MAX:]
-                if entry not in group:  # (more than GROUP_MAX ahead of it: its own)
-                    group.append(entry)
-                self._land(db, session_id, group)
-        if entry.error is not None:
-            raise entry.error
-        assert entry.result is not None
-        return entry.result
-
-    @staticmethod
-    def _land(db: BaseDb, session_id: str, group: list[_Entry]) -> None:
-        try:
-            if len(group) == 1:
-                (only,) = group
-                outcomes: list[CommitResult | Exception] = [
-                    db.commit_rebased(session_id, only.bases_of(), only.build)
-                ]
-            else:
-                outcomes = db.commit_rebased_together(
-                    session_id, [(e.bases_of, e.build) for e in group]
-                )
-        except Exception as exc:
-            outcomes = [exc] * len(group)
-        for entry, outcome in zip(group, outcomes, strict=True):
-            if isinstance(outcome, Exception):
-                entry.error = outcome
-            else:
-                entry.result = outcome
-            entry.done = True
-
-
-_turns: weakref.WeakKeyDictionary[BaseDb, _SessionTurns] = weakref.WeakKeyDictionary()
-_turns_guard = threading.Lock()
-
-
-def session_turns(db: BaseDb) -> _SessionTurns:
-    with _turns_guard:
-        turns = _turns.get(db)
-        if turns is None:
-            turns = _turns[db] = _SessionTurns()
-        return turns
-
-
 SNAPSHOT_MIN_BYTES = 32 * 1024
 
 
@@ -246,7 +131,7 @@ class StateStore:
         # and read what moved in one go (`_probe_contended`) and, where the database
         # queues rebased commits, their commits queue at once (`_queues_at_once`).
         self._contended: set[str] = set()
-        self._turns = session_turns(db)
+        self._turns = session_turns(db)  # (group commit)
 
     @property
     def secret_keys(self) -> frozenset[str]:
@@ -728,7 +613,7 @@ class StateStore:
         when its run began), and a lost try costs a round trip and a turn in the lock's
         queue: 16 processes on one PostgreSQL session ran 186-190 runs/s trying first,
         218-219 queuing at once (same machine, alternating). The writers of this process
-        take turns there (`_SessionTurns`), on every backend. Commits without writes
+        take turns there and land together (`db._group`), on every backend. Commits without writes
         cannot lose and always go straight to `commit`."""
         return bool(attempt.commit.writes) and ws.spec.session_id in self._contended
 

@@ -76,34 +76,36 @@ def _admin(sql: str) -> None:
         conn.execute(sql)
 
 
-def _start_worker(url: str, name: str, logs: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    url: str, name: str, logs: Path, *, queue: str = "bench", command: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """One worker process named `name`, its output in `logs/<name>.log`: a `statewise
+    worker` serving this module's agent from `queue`, or `command` (another worker, e.g. a
+    bare DBOS one) with the same environment."""
     env = dict(os.environ)
     env["STATEWISE_BENCH_FLEET_DB"] = url
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - owned by the process
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "statewise",
-            "worker",
-            f"{HERE}:agent",
-            "--db",
-            url,
-            "--executor-id",
-            name,
-            "--queue",
-            "bench",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    argv = command or [
+        sys.executable,
+        "-m",
+        "statewise",
+        "worker",
+        f"{HERE}:agent",
+        "--db",
+        url,
+        "--executor-id",
+        name,
+        "--queue",
+        queue,
+    ]
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     return proc
 
 
-def _wait_ready(procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+def wait_ready(procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+    """Wait until every worker logged `worker <name> serving`."""
     deadline = time.monotonic() + 120
     for name, proc in procs.items():
         while f"worker {name} serving" not in (logs / f"{name}.log").read_text():
@@ -114,7 +116,7 @@ def _wait_ready(procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
             time.sleep(0.05)
 
 
-def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+def stop_workers(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     for proc in procs.values():
         proc.send_signal(signal.SIGTERM)
     for proc in procs.values():
@@ -142,11 +144,11 @@ def queued(url: str, workers: int, runs: int, logs: Path) -> tuple[float, list[f
 
     bench_agent = build_agent(url)
     procs = {
-        f"bench-{workers}-{k}": _start_worker(url, f"bench-{workers}-{k}", logs)
+        f"bench-{workers}-{k}": start_worker(url, f"bench-{workers}-{k}", logs)
         for k in range(workers)
     }
     try:
-        _wait_ready(procs, logs)
+        wait_ready(procs, logs)
         with Fleet(url) as fleet:
             start = time.time()
             handles = [
@@ -164,7 +166,7 @@ def queued(url: str, workers: int, runs: int, logs: Path) -> tuple[float, list[f
         ]
         return runs / (finished - start), latencies
     finally:
-        _stop(procs)
+        stop_workers(procs)
         bench_agent.db.close()
 
 

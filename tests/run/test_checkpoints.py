@@ -33,12 +33,10 @@ class Engine:
         self.lose: int | None = None
         self.replayed: list[int] = []
 
-    async def replay(self, point: int) -> Outcome | None:
+    async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
         if point in self.recorded:
             self.replayed.append(point)
-        return self.recorded.get(point)
-
-    async def commit(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
+            return self.recorded[point]
         outcome = await body()
         if point == self.lose:
             self.lose = None
@@ -120,6 +118,52 @@ def test_a_finished_run_executed_again_replays_every_point(
     assert sum(asked.values()) == 4 and sum(called.values()) == 3
     assert agent.get_session_state("s2") == {"marks": ["a", "b", "c"]}
     assert len(agent.db.read_events("s2", types=["run_completed"])) == 1
+
+
+def test_a_durable_run_makes_the_commits_a_run_without_an_engine_makes(
+    marker: tuple[Agent, Counter[str], Counter[str]],
+) -> None:
+    """Its last model step and the run end are one commit, inside the last point."""
+    agent, _, _ = marker
+    db = agent.db
+    commits: list[str | None] = []
+    original = db.commit
+
+    def counting(commit: Any) -> Any:
+        commits.append(commit.commit_id)
+        return original(commit)
+
+    db.commit = counting  # type: ignore[method-assign]
+    try:
+        agent.run("go", session_id="plain")
+        plain = len(commits)
+        commits.clear()
+        engine = Engine()
+        agent.run_durably("go", run_id="run-3", session_id="s3", points=engine)
+    finally:
+        del db.commit
+    assert len(commits) == plain == 5  # start, three tool steps, the answer with the end
+    assert commits == [f"run-3:step:{p}" for p in (0, 1, 2, 3, "end")]
+    assert sorted(engine.recorded) == [0, 1, 2, 3, 4]
+    assert engine.recorded[4]["done"] and engine.recorded[4]["content"] == "marked all"
+
+
+def test_a_run_end_committed_but_not_recorded_lands_once_when_run_again(
+    marker: tuple[Agent, Counter[str], Counter[str]],
+) -> None:
+    agent, asked, called = marker
+    engine = Engine()
+    engine.lose = 4  # the last step commits the run end, then the process dies
+    with pytest.raises(Crash):
+        agent.run_durably("go", run_id="run-4", session_id="s4", points=engine)
+    assert len(agent.db.read_events("s4", types=["run_completed"])) == 1
+
+    output = agent.run_durably("go", run_id="run-4", session_id="s4", points=engine)
+    assert output.content == "marked all"
+    assert engine.replayed == [0, 1, 2, 3]
+    assert asked["ask3"] == 2 and called == Counter("abc")
+    assert len(agent.db.read_events("s4", types=["run_completed"])) == 1
+    assert agent.get_session_state("s4") == {"marks": ["a", "b", "c"]}
 
 
 def test_a_team_members_commits_inside_a_point_apply_once_when_it_runs_again(

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
-from statewise.db.base import BaseDb, ProbedTails
+from statewise.db.base import BaseDb, GroupReads, ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -219,6 +219,104 @@ def run_locked_commit(
         assert commit is not None
         return _result(commit, row, now)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_locked_group(
+    db: PostgresDb,
+    session_id: str,
+    entries: Sequence[tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]],
+) -> list[CommitResult | Exception]:
+    """`run_locked_commit` for several writers of one session in one transaction (see
+    `BaseDb.commit_rebased_together`): the row is locked once and what landed since the
+    oldest base is read once; each entry is rebased onto that and onto the entries before
+    it (their deltas are known here, not read back), its commit goes out pipelined, and
+    one COMMIT makes them all durable at once: two round trips for the group.
+
+    An entry's commit that fails (a shared `user:`/`app:` scope another session's writer
+    moved) aborts the transaction: then every entry lands on its own, in order
+    (`run_locked_commit`), rebased again."""
+    s = db._s
+    outcomes: list[CommitResult | Exception] = []
+    sent: list[tuple[Commit, Any, float] | None] = []
+    bases = [dict(bases_of()) for bases_of, _ in entries]
+    with db._connection() as conn:
+        try:
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute(
+                        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
+                        (session_id,),
+                    )
+                    reads = GroupReads(
+                        db._probe_tails_on(conn, session_id, GroupReads.oldest(bases))
+                    )
+                    for held, (_, build) in zip(bases, entries, strict=True):
+                        probed = reads.for_entry(held)
+                        try:
+                            commit = build(probed)
+                        except Exception as exc:  # that writer's (a strict key, a bad value)
+                            outcomes.append(exc)
+                            sent.append(None)
+                            continue
+                        now = time.time()
+                        sql, params = commit_params(s, commit, now)
+                        sent.append((commit, conn.execute(sql, params), now))
+                        outcomes.append(VersionConflict("(pending)", 0))  # its result, below
+                        reads.wrote(commit, now)
+                    conn.execute("COMMIT")
+                for index, item in enumerate(sent):
+                    if item is not None:
+                        commit, cur, now = item
+                        outcomes[index] = _result(commit, cur.fetchone(), now)
+                return outcomes
+            except BaseException:
+                _roll_back(conn)
+                raise
+        except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                # The connection died: the group landed whole or not at all, and each
+                # commit's id tells which when it is sent again on its own.
+                return _resend(db, entries, [x[0] if x else None for x in sent], outcomes)
+            if exc.sqlstate != Q.CONFLICT_SQLSTATE and not isinstance(
+                exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected
+            ):
+                raise StorageError(
+                    f"PostgreSQL commit of session {session_id!r} failed: {exc}"
+                ) from exc
+    # One entry lost a race to a writer outside the session's lock: nothing landed. Each
+    # lands on its own now (its rebase starts over from what it holds).
+    alone: list[CommitResult | Exception] = []
+    for bases_of, build in entries:
+        try:
+            alone.append(run_locked_commit(db, session_id, bases_of(), build))
+        except Exception as failure:
+            alone.append(failure)
+    return alone
+
+
+def _resend(
+    db: PostgresDb,
+    entries: Sequence[Any],
+    sent: list[Commit | None],
+    outcomes: list[CommitResult | Exception],
+) -> list[CommitResult | Exception]:
+    """After the group's connection died: each commit it sent, sent again on its own (its
+    id answers it if it landed); an entry it never reached tries again (VersionConflict:
+    its caller rebases anew)."""
+    recovered: list[CommitResult | Exception] = []
+    for index in range(len(entries)):
+        commit = sent[index] if index < len(sent) else None
+        if commit is None:
+            recovered.append(
+                outcomes[index] if index < len(outcomes) else VersionConflict("(resend)", 0)
+            )
+            continue
+        try:
+            recovered.append(run_commit(db, commit))
+        except Exception as exc:
+            recovered.append(exc)
+    return recovered
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

@@ -116,6 +116,56 @@ def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) ->
     return now - float(older_than)
 
 
+class GroupReads:
+    """What each entry of a group commit (`BaseDb.commit_rebased_together`) reads, from
+    one read of what landed since the oldest base of the group: the rest are the deltas
+    of the entries before it, known here as they are written, not read back."""
+
+    def __init__(self, probed: ProbedTails) -> None:
+        self.record, self.versions, tails = probed
+        self.versions = dict(self.versions)
+        self.landed: dict[ScopeKey, list[DeltaRecord]] = {k: list(v) for k, v in tails.items()}
+
+    @staticmethod
+    def oldest(bases: Sequence[Mapping[ScopeKey, int]]) -> dict[ScopeKey, int]:
+        oldest: dict[ScopeKey, int] = {}
+        for held in bases:
+            for key, version in held.items():
+                oldest[key] = min(version, oldest.get(key, version))
+        return oldest
+
+    def for_entry(self, held: Mapping[ScopeKey, int]) -> ProbedTails:
+        """What `probe_tails(session, held)` would read now, in the group's transaction."""
+        versions = self.versions
+        return (
+            self.record,
+            {key: versions[key] for key in held},
+            {
+                key: [d for d in self.landed.get(key, ()) if d.version > after]
+                for key, after in held.items()
+                if versions[key] != after
+            },
+        )
+
+    def wrote(self, commit: Commit, now: float) -> None:
+        """`commit` was written in the group's transaction (before the entries after it)."""
+        for write in commit.writes:
+            self.landed.setdefault(write.key, []).append(
+                DeltaRecord(
+                    key=write.key,
+                    version=write.base_version + 1,
+                    session_id=commit.session.session_id,
+                    run_id=commit.run_id,
+                    step=commit.step,
+                    segments=list(write.segments),
+                    conflicts=list(write.conflicts),
+                    created_at=now,
+                    stored_bytes=write.delta_bytes,
+                )
+            )
+            self.versions[write.key] = write.base_version + 1
+
+
 class BaseDb(ABC):
     """Sessions, their scoped state (snapshot + deltas), event log and runs."""
 
@@ -348,6 +398,27 @@ class BaseDb(ABC):
         self, session_id: str, retention: Retention | None = None, *, now: float | None = None
     ) -> Compaction | None:
         return await self._run_async(self.compact_session, session_id, retention, now=now)
+
+    def commit_rebased_together(
+        self,
+        session_id: str,
+        entries: Sequence[
+            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
+        ],
+    ) -> list[CommitResult | Exception]:
+        """Several writers' `commit_rebased` of one session, in order, each rebased onto
+        the ones before it (an entry's bases are asked for when its turn comes). A
+        backend that can makes them one transaction, hence one durable write for all
+        (a group commit): each entry is still a commit of its own (its id, its deltas,
+        its events). Each entry's outcome in order: its result, or what it raised, which
+        does not stop the others. Written once here as one `commit_rebased` each."""
+        outcomes: list[CommitResult | Exception] = []
+        for bases_of, build in entries:
+            try:
+                outcomes.append(self.commit_rebased(session_id, bases_of(), build))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         validate_id(session_id)

@@ -626,6 +626,20 @@ class PostgresDb(BaseDb):
 
         return run_locked_commit(self, session_id, bases, build)
 
+    def commit_rebased_together(
+        self,
+        session_id: str,
+        entries: Sequence[
+            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
+        ],
+    ) -> list[CommitResult | Exception]:
+        """In one transaction under the session row's lock (see `BaseDb`)."""
+        from statewise.db._pg_commit import run_locked_group
+
+        if self.pool_size < 2 or len(entries) < 2:
+            return BaseDb.commit_rebased_together(self, session_id, entries)
+        return run_locked_group(self, session_id, entries)
+
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         """Expiry by the server's clock (`clock_timestamp()`), not this client's: clients
         whose clocks disagree still agree on who holds a run."""

@@ -24,6 +24,8 @@ from statewise._workers import Workers
 from statewise.db import _codec, _sqlite_commit, _sqlite_retention
 from statewise.db.base import (
     BaseDb,
+    GroupReads,
+    ProbedTails,
     ScopesRead,
     on_private_loop,
     readable_records,
@@ -965,6 +967,60 @@ class SqliteDb(BaseDb):
         if not result.replayed:
             self._note_last_seq(commit.session.session_id, result.last_seq)
         return result
+
+    def commit_rebased_together(
+        self,
+        session_id: str,
+        entries: Sequence[
+            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
+        ],
+    ) -> list[CommitResult | Exception]:
+        """In one write transaction (one sync of the WAL for all; see `BaseDb`): what
+        landed since the oldest base is read once, each entry rebases onto that and the
+        entries before it (`GroupReads`), and writes inside a savepoint of its own."""
+        if len(entries) < 2:
+            return BaseDb.commit_rebased_together(self, session_id, entries)
+        outcomes: list[CommitResult | Exception] = []
+        large = 0
+
+        def write_all(conn: sqlite3.Connection) -> None:
+            nonlocal large
+            bases = [dict(bases_of()) for bases_of, _ in entries]
+            reads = GroupReads(self.probe_tails(session_id, GroupReads.oldest(bases)))
+            for held, (_, build) in zip(bases, entries, strict=True):
+                try:
+                    commit = build(reads.for_entry(held))
+                except Exception as exc:  # that writer's (a strict key, a bad value)
+                    outcomes.append(exc)
+                    continue
+                conn.execute("SAVEPOINT statewise_entry")
+                try:
+                    result, written = self._commit_in(conn, commit)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO SAVEPOINT statewise_entry")
+                    conn.execute("RELEASE SAVEPOINT statewise_entry")
+                    outcomes.append(
+                        exc
+                        if isinstance(exc, VersionConflict | StorageError)
+                        else StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}")
+                    )
+                    continue
+                conn.execute("RELEASE SAVEPOINT statewise_entry")
+                large += written
+                outcomes.append(result)
+                if not result.replayed:
+                    reads.wrote(commit, time.time())
+
+        try:
+            self._write(write_all)
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
+        if large >= self._wal_pages_bytes:
+            self._restart_wal()
+        for outcome in outcomes:
+            if isinstance(outcome, CommitResult) and not outcome.replayed:
+                self._note_last_seq(session_id, outcome.last_seq)
+        return outcomes
 
     def _commit_in_one_statement(self, commit: Commit) -> CommitResult | None:
         """`commit` landed through one statement (see `_sqlite_commit`), or None if it

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from statewise.db import _codec
+from statewise.db._group import session_turns
 from statewise.db.base import BaseDb, ProbedTails, on_private_loop, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
@@ -93,6 +94,8 @@ from statewise.state.tracked import Recorder, TrackedDict, track
 COMMIT_RETRY_SECONDS = 30.0  # how long a commit keeps rebasing before it gives up
 CATCH_UP_DELTAS = 64  # a cached tree further behind than this is reloaded instead
 CONTENDED_KEPT = 1024  # sessions remembered as contended, then all forgotten at once
+
+
 SNAPSHOT_MIN_BYTES = 32 * 1024
 
 
@@ -134,6 +137,7 @@ class StateStore:
         # and read what moved in one go (`_probe_contended`) and, where the database
         # queues rebased commits, their commits queue at once (`_queues_at_once`).
         self._contended: set[str] = set()
+        self._turns = session_turns(db)  # (group commit)
 
     @property
     def secret_keys(self) -> frozenset[str]:
@@ -659,13 +663,10 @@ class StateStore:
         would mostly lose again (every writer of a busy session holds the version it read
         when its run began), and a lost try costs a round trip and a turn in the lock's
         queue: 16 processes on one PostgreSQL session ran 186-190 runs/s trying first,
-        218-219 queuing at once (same machine, alternating). Commits without writes
+        218-219 queuing at once (same machine, alternating). The writers of this process
+        take turns there and land together (`db._group`), on every backend. Commits without writes
         cannot lose and always go straight to `commit`."""
-        return (
-            bool(attempt.commit.writes)
-            and ws.spec.session_id in self._contended
-            and self.db.queues_rebased_commits
-        )
+        return bool(attempt.commit.writes) and ws.spec.session_id in self._contended
 
     def _note_lost_race(self, ws: WorkingState) -> None:
         if len(self._contended) >= CONTENDED_KEPT:
@@ -871,8 +872,10 @@ class StateStore:
         built: list[tuple[Commit, list[dict[str, Any]]]] = []
 
         def build(probed: ProbedTails) -> Commit:
-            if not self._rebase(ws, pending, policy, probed):
-                # Nobody landed before us in the queue: the session is quiet again.
+            if not self._rebase(ws, pending, policy, probed) and not self._turns.busy(
+                ws.spec.session_id
+            ):
+                # Nobody landed before us, nobody of ours waits: the session is quiet again.
                 self._contended.discard(ws.spec.session_id)
             built.append(
                 self._build_commit(
@@ -889,11 +892,25 @@ class StateStore:
             return built[-1][0]
 
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
+        turn = self._turns.of(ws.spec.session_id)
+        keys = ws.spec.scope_keys()
+
+        def bases() -> dict[ScopeKey, int]:
+            return {key: ws.versions.get(key, 0) for key in keys}
+
         for attempt in itertools.count(1):
-            time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
-            bases = {key: ws.versions.get(key, 0) for key in ws.spec.scope_keys()}
+            if attempt > 1 or not turn.locked():
+                # Nobody of this process is ahead in the queue: spread out from writers
+                # of other processes (a writer of ours waiting for its turn need not).
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
             try:
-                result = self.db.commit_rebased(ws.spec.session_id, bases, build)
+                result = self._turns.commit(
+                    self.db,
+                    ws.spec.session_id,
+                    bases,
+                    build,
+                    alone=pending.undo is None,
+                )
             except VersionConflict:
                 if time.monotonic() >= give_up_at:
                     raise

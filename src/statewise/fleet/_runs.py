@@ -5,10 +5,13 @@ run's own units, so a recovered run continues after the last one that completed:
 
 - a Workflow: the run's start, each top-level step, and its end (`Workflow.advance`);
   each step's commit carries the commit id `<run id>:step:<index>`;
-- an Agent or Team: its commit points (run start, each model step, run end;
-  `Agent.run_durably` with `DbosCommitPoints`), each commit carrying
-  `<run id>:step:<point>`. A recovered agent run takes the completed points' recorded
-  outcomes (messages, usage) instead of asking the model or calling tools again.
+- an Agent or Team: its commit points (run start, each model step with its tool calls;
+  the last one also ends the run; `Agent.run_durably` with `DbosCommitPoints`), each
+  commit carrying `<run id>:step:<point>`. A recovered agent run takes the completed
+  points' recorded outcomes (messages, usage) instead of asking the model or calling
+  tools again: DBOS hands them back as the run enters each step (it looks each step up
+  as it enters it anyway), so a first execution reads nothing more than a bare DBOS
+  workflow does.
 
 A step cut off by a crash runs again (DBOS executes steps at least once); its commit then
 finds its id already stored and applies nothing twice.
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from dbos import DBOS, DBOSClient, StepOptions, WorkflowSerializationFormat
+from dbos import DBOS, StepOptions, WorkflowSerializationFormat
 
 from statewise.agent.agent import Agent
 from statewise.agent.session_owner import SessionOwner
@@ -35,15 +38,13 @@ log = logging.getLogger("statewise.fleet")
 
 _lock = threading.Lock()
 _targets: dict[str, SessionOwner] = {}
-_client: list[DBOSClient] = []  # reads a run's recorded steps, outside its workflow
 
 
-def serve_targets(targets: dict[str, SessionOwner], client: DBOSClient) -> None:
-    """What this worker process runs, by name, and its DBOS client."""
+def serve_targets(targets: dict[str, SessionOwner]) -> None:
+    """What this worker process runs, by name."""
     with _lock:
         _targets.clear()
         _targets.update(targets)
-        _client[:] = [client]
 
 
 def _target(name: str) -> SessionOwner:
@@ -59,23 +60,11 @@ def _target(name: str) -> SessionOwner:
 class DbosCommitPoints:
     """An agent run's commit points as DBOS steps named `commit point <n>`.
 
-    `recorded` names the steps an earlier execution of the run completed (read from
-    DBOS's step table before the run starts). DBOS numbers a workflow's steps in the order
-    they run, so a recorded point is still entered as its step, which hands back the
-    recorded outcome without running anything.
-    """
+    DBOS numbers a workflow's steps in the order they run and, entering one, returns the
+    outcome an earlier execution recorded for it instead of running it: a recovered run
+    replays its completed points this way, and goes on after them."""
 
-    def __init__(self, recorded: set[str]) -> None:
-        self.recorded = recorded
-
-    async def replay(self, point: int) -> Outcome | None:
-        name = _point_name(point)
-        if name not in self.recorded:
-            return None
-        outcome: Outcome = await DBOS.run_step_async(StepOptions(name=name), _not_recorded)
-        return outcome
-
-    async def commit(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
+    async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
         outcome: Outcome = await DBOS.run_step_async(StepOptions(name=_point_name(point)), body)
         return outcome
 
@@ -84,20 +73,13 @@ def _point_name(point: int) -> str:
     return f"commit point {point}"
 
 
-async def _not_recorded() -> Outcome:
-    raise RuntimeError("a commit point listed as recorded was not found in DBOS's steps")
-
-
 def _run_agent(agent: Agent, request: dict[str, Any], run_id: str) -> Any:
-    recorded = {
-        step["function_name"] for step in _client[0].list_workflow_steps(run_id, load_output=False)
-    }
     output = agent.run_durably(
         request["input"],
         run_id=run_id,
         session_id=request["session_id"],
         user_id=request["user_id"],
-        points=DbosCommitPoints(recorded),
+        points=DbosCommitPoints(),
     )
     return _plain(output.content)
 

@@ -110,6 +110,7 @@ class Fleet:
         self.app_name = app_name
         self.app_version = app_version
         self.schema = schema
+        self._queues: set[str] = set()  # known to exist: not looked up again per enqueue
         dbos = require_dbos()
         with reaching(self.url):
             dbos.DBOS.migrate(self.url, schema=schema)  # creates DBOS's tables; cheap after
@@ -170,10 +171,14 @@ class Fleet:
             polling_interval_sec=polling_interval,
             on_conflict="always_update",
         )
+        self._queues.add(_queue_name(name))
 
     def _ensure_queue(self, name: str) -> None:
+        if name in self._queues:
+            return
         if self._client.retrieve_queue(name) is None:
             self.queue(name)
+        self._queues.add(name)
 
     # ---- runs ------------------------------------------------------------------------------
 

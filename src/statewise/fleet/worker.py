@@ -107,7 +107,7 @@ class Worker:
             self._client.destroy()
             self._client = None
             raise
-        _runs.serve_targets(self.targets, self._client)
+        _runs.serve_targets(self.targets)
         config: dict[str, Any] = {
             "name": self.app_name,
             "system_database_url": self.url,

@@ -3,46 +3,44 @@ steps (`statewise.fleet` makes each one a DBOS step).
 
 A run given `CommitPoints` (one `Agent.run_durably` call) does three things differently:
 
-- Before each commit point it asks `replay(point)` whether an earlier execution of the
-  same run completed it. If so it takes that point's recorded outcome (the messages it
-  added, its usage) and goes on after it: the model and the tools are not called again,
-  and nothing is committed again.
-- Each point's commit runs inside `commit(point, body)`, which records the outcome the
-  body returns (the engine's step).
+- Each commit point's whole work (the model call, the tool calls it asked for, and the
+  point's commit) runs inside `step(point, body)`: the engine runs `body` and records the
+  outcome it returns (the messages it added, its usage) as its step. If an earlier
+  execution of the same run completed that step, the engine hands back the recorded
+  outcome without calling `body`: the model and the tools are not called again, and
+  nothing is committed again. The engine finds out from its own step records as it
+  enters each step, so a first execution reads nothing up front.
+- The last model step, when nothing runs between it and the run end (no `after_agent`
+  callback), ends the run inside its own step: one commit holds the step's events and
+  the run end, as in a run without an engine. A recovered run that replays that step
+  commits the run end again under the same id, which lands nothing twice.
 - Its commits carry deterministic ids: `<run_id>:step:<point>` for the point's own commit,
   `<run_id>:step:<point>.<k>` for commits made inside it (team members). An execution
   cut off after a commit landed but before the engine recorded it runs that point again
   (at least once); its commit then finds its id already stored and applies nothing twice.
 
 Points are 0 (run start: input, `before_agent`), 1..n (one per model step) and "end"
-(run end: output, `after_agent`); the end is not replayed, only deduplicated by its id.
-An outcome is plain JSON, so an engine may store it as it likes.
+(run end: output, `after_agent`). An outcome is plain JSON, so an engine may store it as
+it likes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from statewise.models.messages import Message
-from statewise.run.events import StateChanged
 from statewise.run.output import RunMetrics
-
-if TYPE_CHECKING:
-    from statewise.db.records import NewEvent, RunRecord
-    from statewise.run.scope import RunScope
 
 Outcome = dict[str, Any]
 """What a commit point produced, as the run needs it to go on after it."""
 
 
 class CommitPoints(Protocol):
-    async def replay(self, point: int) -> Outcome | None:
-        """The outcome of `point` if an earlier execution of this run completed it."""
-        ...
-
-    async def commit(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
-        """Run `body` (the point's commit) and record the outcome it returns."""
+    async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
+        """Run commit point `point` as the engine's step: `body` does the point's work and
+        returns its outcome, which the engine records; if an earlier execution of this run
+        completed the point, its recorded outcome, without calling `body`."""
         ...
 
 
@@ -82,26 +80,16 @@ def replay_step(outcome: Outcome, messages: list[Message], metrics: RunMetrics) 
     return bool(outcome.get("done"))
 
 
-async def commit_point(
-    points: CommitPoints,
-    scope: RunScope,
-    events: Sequence[NewEvent],
-    step: int,
-    source: str,
-    outcome: Outcome,
-    *,
-    run: RunRecord | None = None,
-) -> StateChanged | None:
-    """Commit the current point as the engine's step, under the point's own commit id,
-    recording `outcome` with it."""
-    changed: list[StateChanged | None] = []
+async def durable_point(
+    points: CommitPoints, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]
+) -> tuple[Outcome, bool]:
+    """Run `point` through the engine: its outcome, and whether `body` ran in this
+    execution (False: the outcome is an earlier execution's, replayed)."""
+    ran: list[bool] = []
 
-    async def body() -> Outcome:
-        commit_id = scope.point_commit_id()
-        changed.append(
-            await scope.commit(events, run=run, step=step, source=source, commit_id=commit_id)
-        )
-        return outcome
+    async def running() -> Outcome:
+        ran.append(True)
+        return await body()
 
-    await points.commit(step, body)
-    return changed[0] if changed else None
+    outcome = await points.step(point, running)
+    return outcome, bool(ran)

@@ -24,7 +24,7 @@ from statewise.exceptions import InvalidInputError
 from statewise.models.messages import Message, ModelResponse
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
-from statewise.run.checkpoints import CommitPoints, commit_point
+from statewise.run.checkpoints import CommitPoints, Outcome, durable_point
 from statewise.run.context import RunContext
 from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, StateChanged
@@ -136,29 +136,37 @@ async def drive_run(
         if emit is not None:
             await emit(RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name))
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
-        replayed = await points.replay(0) if points is not None else None
-        if replayed is not None:
-            early = replayed.get("early")  # the start was committed by an earlier execution
-        else:
-            early = None
+        early_answer: list[Any] = [None]
+
+        async def start() -> Outcome:
+            """Commit point (a): `before_agent`, the input, the run record."""
             if rt.callbacks.before_agent:
-                early = await first_result(rt.callbacks.before_agent, available)
+                early_answer[0] = await first_result(rt.callbacks.before_agent, available)
                 working.mark("callback:before_agent")
             started_events = [
                 NewEvent(type="run_started", run_id=run_id, data={"agent": rt.name}),
                 NewEvent(type="user_input", run_id=run_id, data={"content": request.input}),
             ]
-            if points is None:
-                changed = await scope.commit(started_events, run=record, step=0, source="run_start")
-            else:
-                early = None if early is None else as_content(early)
-                changed = await commit_point(
-                    points, scope, started_events, 0, "run_start", {"early": early}, run=record
-                )
+            changed = await scope.commit(
+                started_events,
+                run=record,
+                step=0,
+                source="run_start",
+                commit_id=scope.point_commit_id(),
+            )
             if changed is not None and emit is not None:
                 await emit(changed)
+            early = early_answer[0]
+            return {"early": None if early is None else as_content(early)}
+
+        if points is None:
+            await start()
+            early = early_answer[0]
+        else:
+            early = (await durable_point(points, 0, start))[0].get("early")
         user_message = Message(role="user", content=request.input)
         result = StepsResult()
+        ended: list[tuple[StateChanged | None, RunOutput]] = []
         if early is not None:
             result.content = as_content(early)
             result.messages.append(Message(role="assistant", content=result.content))
@@ -168,6 +176,16 @@ async def drive_run(
                 if request.history_runs
                 else ()
             )
+
+            async def end() -> None:
+                """The run end, inside a durable run's last step (see `run.checkpoints`)."""
+                scope.enter("end")
+                ended.append(
+                    await end_run(
+                        rt, scope, ctx, record, result, [user_message], metrics, available, started
+                    )
+                )
+
             await run_steps(
                 rt,
                 scope,
@@ -177,13 +195,17 @@ async def drive_run(
                 result,
                 stream=request.stream,
                 emit=emit,
-                defer_final_commit=not rt.callbacks.after_agent and points is None,
+                defer_final_commit=not rt.callbacks.after_agent,
                 points=points,
+                end=end if points is not None and not rt.callbacks.after_agent else None,
             )
-        scope.enter("end")
-        changed, output = await end_run(
-            rt, scope, ctx, record, result, [user_message], metrics, available, started
-        )
+        if ended:
+            changed, output = ended[0]
+        else:
+            scope.enter("end")
+            changed, output = await end_run(
+                rt, scope, ctx, record, result, [user_message], metrics, available, started
+            )
         if emit is not None:
             if changed is not None:
                 await emit(changed)

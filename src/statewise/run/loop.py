@@ -15,6 +15,7 @@ committed (at once, held for the run end, or as a durable commit point).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from statewise.db.records import NewEvent
@@ -23,8 +24,9 @@ from statewise.models.messages import Message
 from statewise.run import _observe
 from statewise.run.checkpoints import (
     CommitPoints,
-    commit_point,
+    Outcome,
     counters,
+    durable_point,
     replay_step,
     step_outcome,
 )
@@ -46,6 +48,7 @@ class StepsResult:
     final_step: int | None = None
     pending: list[PendingToolCall] = field(default_factory=list)  # the run paused on these
     output_retries: int = 0  # answers sent back for not fitting the output schema
+    outcome: Outcome | None = None  # a durable run's last step, as its engine records it
 
 
 async def run_steps(
@@ -60,16 +63,20 @@ async def run_steps(
     emit: Emit | None = None,
     defer_final_commit: bool = False,
     points: CommitPoints | None = None,
+    end: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run model/tool steps until the model answers without tool calls, sending their
     events to `emit` (none are made without one). With `stream`, the model streams its
     answer and `emit` gets it as `ContentDelta`s.
 
-    With `points` (a durable run, `run.checkpoints`), a step an earlier execution of the
-    run completed is taken from its recorded outcome, and each step's commit is recorded.
+    With `points` (a durable run, `run.checkpoints`), each step (model call, tool calls,
+    commit) is the engine's step: one an earlier execution of the run completed is taken
+    from its recorded outcome.
 
     With `defer_final_commit`, the last step's events are left in `result.pending_events`
-    for the caller's run-end commit instead of being committed on their own.
+    for the caller's run-end commit instead of being committed on their own; a durable
+    run defers only with `end`, the run end, which the last step then calls itself (so
+    the engine records the run end with it).
 
     `conversation` holds history and this run's user message; new messages are appended
     to `result.messages` as they happen.
@@ -99,46 +106,88 @@ async def run_steps(
         quiet=quiet,
         deadline=deadline,
     )
+    defer = defer_final_commit if points is None else end is not None
+    taking = Taking(stepper, rt, scope, ctx, metrics, result, emit, quiet, defer)
     first = ctx.step + 1
     for step in range(first, first + rt.max_steps):
         if deadline is not None:
             deadline.check()  # (a model that asks for tools forever stops here)
         ctx.step = step
-        counted: list[int] = []
-        if points is not None:
-            scope.enter(step)
-            replayed = await points.replay(step)
-            if replayed is not None:
-                if replay_step(replayed, result.messages, metrics):
-                    result.content = replayed.get("content")
-                    result.final_step = step
-                    return
-                continue
-            counted = counters(metrics)
-        observed = (
-            _observe.QUIET
-            if quiet
-            else _observe.step_started(ctx, scope, f"{rt.name or 'agent'} #{step}")
-        )
-        failure: BaseException | None = None
-        try:
-            record = await stepper.take(step)
-            if record.final and rt.output is not None:
-                _check_answer(rt, record, result, ctx.run_id)
-            if await _end_step(
-                record, scope, metrics, result, emit, defer_final_commit, points, counted
-            ):
-                return
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            if not quiet:
-                _observe.finish(observed, failure)
+        if points is None:
+            done = await taking.step(step, None)
+        else:
+            done = await _durable_step(points, taking, step, end)
+        if done:
+            return
     raise RunError(
         f"agent {rt.name or '(unnamed)'} made {rt.max_steps} model calls without a final "
         f"answer; raise max_steps if it needs more"
     )
+
+
+async def _durable_step(
+    points: CommitPoints, taking: Taking, step: int, end: Callable[[], Awaitable[None]] | None
+) -> bool:
+    """One step of a durable run as its engine's step; True when the steps are over."""
+    result, metrics = taking.result, taking.metrics
+    taking.scope.enter(step)
+    counted = counters(metrics)
+
+    async def body() -> Outcome:
+        await taking.step(step, counted, end)
+        assert result.outcome is not None
+        return result.outcome
+
+    outcome, ran = await durable_point(points, step, body)
+    if ran:
+        return bool(outcome.get("done"))
+    if replay_step(outcome, result.messages, metrics):
+        result.content = outcome.get("content")
+        result.final_step = step
+        return True
+    return False
+
+
+@dataclass(eq=False)
+class Taking:
+    """What taking and ending one step needs, the same at every step of a run."""
+
+    stepper: Stepper
+    rt: AgentRuntime
+    scope: RunScope
+    ctx: RunContext
+    metrics: RunMetrics
+    result: StepsResult
+    emit: Emit | None
+    quiet: bool
+    defer_final_commit: bool
+
+    async def step(
+        self,
+        step: int,
+        counted: list[int] | None,
+        end: Callable[[], Awaitable[None]] | None = None,
+    ) -> bool:
+        """Take one step and end it at its commit point; True when the steps are over.
+        `counted` (the counters before it) is given for a durable run's step only."""
+        rt, ctx = self.rt, self.ctx
+        observed = (
+            _observe.QUIET
+            if self.quiet
+            else _observe.step_started(ctx, self.scope, f"{rt.name or 'agent'} #{step}")
+        )
+        failure: BaseException | None = None
+        try:
+            record = await self.stepper.take(step)
+            if record.final and rt.output is not None:
+                _check_answer(rt, record, self.result, ctx.run_id)
+            return await _end_step(record, self, counted, end)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if not self.quiet:
+                _observe.finish(observed, failure)
 
 
 def _check_answer(rt: AgentRuntime, record: StepRecord, result: StepsResult, run_id: str) -> None:
@@ -174,16 +223,14 @@ def _check_answer(rt: AgentRuntime, record: StepRecord, result: StepsResult, run
 
 async def _end_step(
     record: StepRecord,
-    scope: RunScope,
-    metrics: RunMetrics,
-    result: StepsResult,
-    emit: Emit | None,
-    defer_final_commit: bool,
-    points: CommitPoints | None,
-    counted: list[int],
+    taking: Taking,
+    counted: list[int] | None,
+    end: Callable[[], Awaitable[None]] | None,
 ) -> bool:
     """The commit policy: end the step at its commit point. True when the run's steps are
-    over (the model answered, or the run pauses)."""
+    over (the model answered, or the run pauses). With `counted` (a durable run), the
+    step's outcome is left in `result.outcome` for the engine to record."""
+    scope, result, emit, metrics = taking.scope, taking.result, taking.emit, taking.metrics
     step, response = record.number, record.response
     if record.pending:
         # Paused before these calls: what ran so far is committed with the step; the
@@ -194,19 +241,25 @@ async def _end_step(
             await emit(changed)
         result.final_step = step
         return True
-    if record.final and defer_final_commit:
+    if counted is not None:
+        answer = response.content if record.final else None
+        result.outcome = step_outcome(record.added, metrics, counted, answer, record.final)
+    if record.final and taking.defer_final_commit:
         # Nothing observable runs between this step and the run end: one commit (one
-        # fsync) serves both; the caller commits these events with the run end.
+        # fsync) serves both; the caller commits these events with the run end (a
+        # durable run's `end`, here, so its engine records the run end with the step).
         result.content = response.content
         result.pending_events = record.events
         result.final_step = step
+        if end is not None:
+            await end()
         return True
-    if points is None:
+    if counted is None:
         changed = await scope.end_step(record.events, step=step, source="step")
     else:
-        answer = response.content if record.final else None
-        outcome = step_outcome(record.added, metrics, counted, answer, record.final)
-        changed = await commit_point(points, scope, record.events, step, "step", outcome)
+        changed = await scope.commit(
+            record.events, step=step, source="step", commit_id=scope.point_commit_id()
+        )
     if changed is not None and emit is not None:
         await emit(changed)
     if record.final:

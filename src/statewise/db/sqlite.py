@@ -415,6 +415,21 @@ PRUNE_BATCH = 500
 """Sessions `prune_sessions` deletes per transaction (SQLite binds up to 32,766 values)."""
 
 
+@contextlib.contextmanager
+def _one_read(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction, so what is read together agrees. Inside this thread's write
+    transaction (a group commit rebasing its writers reads there) that transaction
+    already is one: a BEGIN there would fail, and a COMMIT would end the write early."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
 class SqliteDb(BaseDb):
     """Sessions in one SQLite file (`db_file`), or in memory with `db_file=":memory:"`.
 
@@ -670,8 +685,7 @@ class SqliteDb(BaseDb):
         result: dict[ScopeKey, ScopeState] = {}
         for key in keys:
             # One read transaction per scope so snapshot and deltas agree with the version.
-            conn.execute("BEGIN")
-            try:
+            with _one_read(conn):
                 row = conn.execute(
                     f"SELECT version, snapshot_version, snapshot_bytes, tail_bytes "
                     f"FROM {p}scopes WHERE kind = ? AND scope_id = ?",
@@ -694,8 +708,6 @@ class SqliteDb(BaseDb):
                     f"WHERE kind = ? AND scope_id = ? AND version > ? ORDER BY version",
                     (key.kind, key.id, snapshot_version),
                 ).fetchall()
-            finally:
-                conn.execute("COMMIT")
             result[key] = replayed_scope(
                 key, version, snapshot_version, snapshot_bytes, tail_bytes, snapshot_text, deltas
             )
@@ -772,14 +784,11 @@ class SqliteDb(BaseDb):
             params.append(limit)
         conn = self._conn
         # One read transaction, so the deltas that events refer to are read with them.
-        conn.execute("BEGIN")
-        try:
+        with _one_read(conn):
             rows = conn.execute(sql, params).fetchall()
             if newest_first:
                 rows.reverse()
             events = [self._event_from_row(conn, session_id, *row) for row in rows]
-        finally:
-            conn.execute("COMMIT")
         return events
 
     def _event_from_row(

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
-from statewise.db.base import BaseDb, GroupReads, ProbedTails
+from statewise.db.base import BaseDb, GroupEntry, GroupReads, ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -224,7 +224,7 @@ def run_locked_commit(
 def run_locked_group(
     db: PostgresDb,
     session_id: str,
-    entries: Sequence[tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]],
+    entries: Sequence[GroupEntry],
 ) -> list[CommitResult | Exception]:
     """`run_locked_commit` for several writers of one session in one transaction (see
     `BaseDb.commit_rebased_together`): the row is locked once and what landed since the

@@ -166,6 +166,11 @@ class GroupReads:
             self.versions[write.key] = write.base_version + 1
 
 
+GroupEntry = tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
+"""One writer's part of a group commit (`BaseDb.commit_rebased_together`): how to ask it
+for its bases when its turn comes, and how it builds its commit from what landed."""
+
+
 class BaseDb(ABC):
     """Sessions, their scoped state (snapshot + deltas), event log and runs."""
 
@@ -402,9 +407,7 @@ class BaseDb(ABC):
     def commit_rebased_together(
         self,
         session_id: str,
-        entries: Sequence[
-            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
-        ],
+        entries: Sequence[GroupEntry],
     ) -> list[CommitResult | Exception]:
         """Several writers' `commit_rebased` of one session, in order, each rebased onto
         the ones before it (an entry's bases are asked for when its turn comes). A

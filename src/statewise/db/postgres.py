@@ -52,6 +52,7 @@ from statewise.db._pg_rows import run_from_row as _run_from_row
 from statewise.db._pg_rows import session_from_row as _session_from_row
 from statewise.db.base import (
     BaseDb,
+    GroupEntry,
     ProbedTails,
     ScopesRead,
     on_private_loop,
@@ -629,9 +630,7 @@ class PostgresDb(BaseDb):
     def commit_rebased_together(
         self,
         session_id: str,
-        entries: Sequence[
-            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
-        ],
+        entries: Sequence[GroupEntry],
     ) -> list[CommitResult | Exception]:
         """In one transaction under the session row's lock (see `BaseDb`)."""
         from statewise.db._pg_commit import run_locked_group

@@ -24,8 +24,8 @@ from statewise._workers import Workers
 from statewise.db import _codec, _sqlite_commit, _sqlite_retention
 from statewise.db.base import (
     BaseDb,
+    GroupEntry,
     GroupReads,
-    ProbedTails,
     ScopesRead,
     on_private_loop,
     readable_records,
@@ -980,9 +980,7 @@ class SqliteDb(BaseDb):
     def commit_rebased_together(
         self,
         session_id: str,
-        entries: Sequence[
-            tuple[Callable[[], Mapping[ScopeKey, int]], Callable[[ProbedTails], Commit]]
-        ],
+        entries: Sequence[GroupEntry],
     ) -> list[CommitResult | Exception]:
         """In one write transaction (one sync of the WAL for all; see `BaseDb`): what
         landed since the oldest base is read once, each entry rebases onto that and the

@@ -21,16 +21,11 @@ An outcome is plain JSON, so an engine may store it as it likes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from statewise.models.messages import Message
-from statewise.run.events import StateChanged
 from statewise.run.output import RunMetrics
-
-if TYPE_CHECKING:
-    from statewise.db.records import NewEvent, RunRecord
-    from statewise.run.scope import RunScope
 
 Outcome = dict[str, Any]
 """What a commit point produced, as the run needs it to go on after it."""
@@ -80,28 +75,3 @@ def replay_step(outcome: Outcome, messages: list[Message], metrics: RunMetrics) 
         if name in _COUNTED:
             setattr(metrics, name, getattr(metrics, name) + int(value))
     return bool(outcome.get("done"))
-
-
-async def commit_point(
-    points: CommitPoints,
-    scope: RunScope,
-    events: Sequence[NewEvent],
-    step: int,
-    source: str,
-    outcome: Outcome,
-    *,
-    run: RunRecord | None = None,
-) -> StateChanged | None:
-    """Commit the current point as the engine's step, under the point's own commit id,
-    recording `outcome` with it."""
-    changed: list[StateChanged | None] = []
-
-    async def body() -> Outcome:
-        commit_id = scope.point_commit_id()
-        changed.append(
-            await scope.commit(events, run=run, step=step, source=source, commit_id=commit_id)
-        )
-        return outcome
-
-    await points.commit(step, body)
-    return changed[0] if changed else None

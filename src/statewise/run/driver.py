@@ -24,7 +24,7 @@ from statewise.exceptions import InvalidInputError
 from statewise.models.messages import Message, ModelResponse
 from statewise.run import _observe
 from statewise.run.callbacks import first_result
-from statewise.run.checkpoints import CommitPoints, commit_point
+from statewise.run.checkpoints import CommitPoints
 from statewise.run.context import RunContext
 from statewise.run.emit import Emit, masking
 from statewise.run.events import RunCompleted, RunStarted, StateChanged
@@ -33,7 +33,7 @@ from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
+from statewise.run.scope import RunScope, commit_point
 from statewise.state.jsonvalue import text_problem, to_json_value
 from statewise.state.reserved import check_writable
 from statewise.state.tracked import TrackedDict

@@ -23,7 +23,6 @@ from statewise.models.messages import Message
 from statewise.run import _observe
 from statewise.run.checkpoints import (
     CommitPoints,
-    commit_point,
     counters,
     replay_step,
     step_outcome,
@@ -34,7 +33,7 @@ from statewise.run.emit import Emit
 from statewise.run.output import RunMetrics
 from statewise.run.pause import PendingToolCall
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
+from statewise.run.scope import RunScope, commit_point
 from statewise.run.step import Stepper, StepRecord
 
 

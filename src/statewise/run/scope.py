@@ -11,7 +11,7 @@ from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
 from statewise.db.transaction import AsyncTransaction
 from statewise.run import _observe
-from statewise.run.checkpoints import point_commit_id
+from statewise.run.checkpoints import CommitPoints, Outcome, point_commit_id
 from statewise.run.events import StateChanged
 
 SCOPE_KEY = "statewise.scope"
@@ -104,3 +104,28 @@ class RunScope:
     # here (`commit` itself, not a call more per step). A workflow step's scope
     # (`workflow._engine.StepScope`) holds it instead, for the workflow step's one commit.
     end_step = commit
+
+
+async def commit_point(
+    points: CommitPoints,
+    scope: RunScope,
+    events: Sequence[NewEvent],
+    step: int,
+    source: str,
+    outcome: Outcome,
+    *,
+    run: RunRecord | None = None,
+) -> StateChanged | None:
+    """Commit the current point as the engine's step, under the point's own commit id,
+    recording `outcome` with it."""
+    changed: list[StateChanged | None] = []
+
+    async def body() -> Outcome:
+        commit_id = scope.point_commit_id()
+        changed.append(
+            await scope.commit(events, run=run, step=step, source=source, commit_id=commit_id)
+        )
+        return outcome
+
+    await points.commit(step, body)
+    return changed[0] if changed else None

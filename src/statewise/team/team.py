@@ -17,7 +17,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from typing_extensions import Unpack
+
 from statewise.agent.agent import Agent
+from statewise.agent.options import AgentOptions
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.run.context import RunContext
@@ -49,7 +52,7 @@ class Team(Agent):
         name: str | None = None,
         mode: TeamMode = "coordinate",
         tools: Sequence[Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[AgentOptions],
     ) -> None:
         if mode not in ("coordinate", "route"):
             raise ConfigurationError(f"Team mode must be 'coordinate' or 'route', got {mode!r}")

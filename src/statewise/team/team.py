@@ -39,7 +39,8 @@ class Team(Agent):
     """A leader model plus members (agents or teams) sharing one session state.
 
     Every Agent argument applies to the leader (`instructions`, `tools`, `session_state`,
-    `db`, `output_key`, callbacks, ...).
+    `db`, `output_key`, callbacks, ...); a type checker checks them as `Agent`'s own
+    (`AgentOptions`).
     """
 
     _kind = "team"

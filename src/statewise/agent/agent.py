@@ -14,6 +14,7 @@ from typing_extensions import TypeVar
 
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
+from statewise.agent.options import Callback
 from statewise.agent.printing import print_run
 from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.agent.summaries import (
@@ -45,7 +46,6 @@ from statewise.state.reducers import Rule
 from statewise.tools import ToolSource, normalize_tools, split_tool_sources
 from statewise.tools.function import Function
 
-Callback = Callable[..., Any] | Sequence[Callable[..., Any]] | None
 OutputT = TypeVar("OutputT", default=Any)
 """The type of an agent's answer: what `output_schema` names (else any)."""
 _NO_CALLBACKS = Callbacks()

@@ -8,19 +8,36 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from statewise.db.store import TTL_KEY, clear_expiry, set_expiry, visible_state
+from statewise.db.store import (
+    TTL_KEY,
+    SessionSpec,
+    StateStore,
+    clear_expiry,
+    set_expiry,
+    visible_state,
+)
 from statewise.exceptions import TempScopeError
 from statewise.run.driver import initialize_state
 from statewise.state.reserved import is_reserved
 from statewise.state.tracked import TrackedDict, to_plain
 
 if TYPE_CHECKING:
-    from statewise.agent.session_owner import SessionOwner
     from statewise.db.store import WorkingState
 
 T = TypeVar("T")
+
+
+class StateOwner(Protocol):
+    """What `agent.state` reads and writes through: the owner's store, the spec of a
+    session, and the state a new session starts with (`SessionOwner` is one)."""
+
+    _store: StateStore
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec: ...
+
+    def _default_state(self) -> dict[str, Any]: ...
 
 
 def _no_temp(key: str) -> None:
@@ -33,7 +50,7 @@ def _no_temp(key: str) -> None:
 class SessionStateAPI:
     """`get/set/has/delete/update/clear/get_all/increment` on the agent's current session."""
 
-    def __init__(self, agent: SessionOwner, session_id: str | None = None) -> None:
+    def __init__(self, agent: StateOwner, session_id: str | None = None) -> None:
         self._agent = agent
         self._session_id = session_id
 

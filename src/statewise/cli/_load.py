@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from statewise.agent.timetravel import TimeTravel
+from statewise import Agent, Workflow
 from statewise.cli._errors import CliError
 
 DEFAULT_NAMES = ("root_agent", "agent")
@@ -68,16 +68,7 @@ def load_module(file: Path) -> ModuleType:
 
 def is_runnable(obj: Any) -> bool:
     """An Agent, Team or Workflow: something with a session state that can run."""
-    if isinstance(obj, type):
-        return False
-    if isinstance(obj, TimeTravel):
-        return True
-    kinds = []
-    for module, cls in (("statewise.team", "Team"), ("statewise.workflow", "Workflow")):
-        found = sys.modules.get(module)
-        if found is not None and hasattr(found, cls):
-            kinds.append(getattr(found, cls))
-    return bool(kinds) and isinstance(obj, tuple(kinds))
+    return isinstance(obj, (Agent, Workflow))
 
 
 def find_runnable(module: ModuleType, name: str | None, where: str) -> tuple[str, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from statewise.agent.service import resolve_db
 from statewise.cli._errors import RUN_FAILED, RUN_PAUSED, CliError, err_console, fail
 from statewise.cli._load import load_target
-from statewise.db.url import resolve_db
 from statewise.exceptions import StatewiseError
 
 

@@ -92,7 +92,7 @@ def _targets(target: str, sessions_db: str | None) -> list[Any]:
         if not objects:
             raise CliError(f"no Agent, Team or Workflow in {path}")
     if sessions_db:
-        from statewise.db.url import resolve_db
+        from statewise.agent.service import resolve_db
 
         shared = resolve_db(sessions_db)
         for obj in objects:

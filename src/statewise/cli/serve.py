@@ -83,7 +83,7 @@ def load_target(target: str) -> Any:
 
 def _use_db(objects: Any, url: str) -> None:
     """Point every served object at one database (the same object, so they share it)."""
-    from statewise.db.url import resolve_db
+    from statewise.agent.service import resolve_db
 
     shared = resolve_db(url)
     items = (

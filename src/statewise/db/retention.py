@@ -30,18 +30,15 @@ import logging
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from statewise.db import _codec
-from statewise.db.records import DeltaRecord, ScopeKey
+from statewise.db.records import DeltaRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.db.replay import apply_segments
 from statewise.exceptions import CommitIdExpiredError, ConfigurationError, HistoryCompactedError
-
-if TYPE_CHECKING:
-    from statewise.db.base import BaseDb
 
 MIN_COMMIT_ID_WINDOW = 3600.0
 """Seconds a commit id is remembered at the least, whatever the policy: longer than any
@@ -236,8 +233,36 @@ class Compaction:
         }
 
 
+class HistoryStore(Protocol):
+    """What planning a compaction and checking a horizon read of a database (a `BaseDb`;
+    named here so this module needs nothing above it)."""
+
+    def read_horizon(self, session_id: str) -> Horizon: ...
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]: ...
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]: ...
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]: ...
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None: ...
+
+    def compact_session(
+        self, session_id: str, retention: Retention | None = None, *, now: float | None = None
+    ) -> Compaction | None: ...
+
+
 def plan_compaction(
-    db: BaseDb, session_id: str, retention: Retention, now: float
+    db: HistoryStore, session_id: str, retention: Retention, now: float
 ) -> CompactionPlan | None:
     """Read what a compaction of `session_id` needs and plan it; None when there is no
     such session. Reads only what it folds (the deltas from the newest snapshot at or
@@ -274,12 +299,14 @@ def plan_compaction(
     return CompactionPlan(session_id=session_id, old=old, new=new, snapshot=snapshot)
 
 
-def _delta_at(db: BaseDb, key: ScopeKey, version: int) -> DeltaRecord | None:
+def _delta_at(db: HistoryStore, key: ScopeKey, version: int) -> DeltaRecord | None:
     found = db.read_deltas(key, after_version=version - 1, upto_version=version)
     return found[0] if found else None
 
 
-def _last_version_before(db: BaseDb, key: ScopeKey, low: int, high: int, cutoff: float) -> int:
+def _last_version_before(
+    db: HistoryStore, key: ScopeKey, low: int, high: int, cutoff: float
+) -> int:
     """The newest version in (low, high] made before `cutoff` (`low` if none), found by
     bisection: versions are made in time order, and reading every delta kept would cost
     as much as the days kept."""
@@ -334,7 +361,7 @@ def is_old_id(commit_id: str, now: float | None = None) -> bool:
 
 
 def check_commit_id(
-    db: BaseDb, session_id: str, commit_id: str, *, now: float | None = None
+    db: HistoryStore, session_id: str, commit_id: str, *, now: float | None = None
 ) -> None:
     """Refuse a commit whose id the session may have forgotten (see the module's
     docstring). Costs no I/O for a new id (`is_old_id`): only an old one reads the
@@ -358,7 +385,7 @@ def check_commit_id(
     )
 
 
-def compact_after_commit(db: BaseDb, session_id: str) -> None:
+def compact_after_commit(db: HistoryStore, session_id: str) -> None:
     """The compaction a commit triggers (`Retention.due`): a transaction of its own,
     after the commit's; a failure is logged, never raised (the commit landed, and a later
     one compacts again)."""
@@ -368,7 +395,7 @@ def compact_after_commit(db: BaseDb, session_id: str) -> None:
         log.warning("compacting session %r after a commit failed", session_id, exc_info=True)
 
 
-def require_retained(db: BaseDb, session_id: str, version: int) -> None:
+def require_retained(db: HistoryStore, session_id: str, version: int) -> None:
     """Raise HistoryCompactedError if `version` of the session's own state lies below
     its retained history (version 0, the empty state, is always there)."""
     if version <= 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from statewise.models._guard import bind_switch
 from statewise.models.base import Model
 from statewise.models.function import FunctionModel
 from statewise.models.messages import (
@@ -34,6 +35,7 @@ from statewise.models.replay import RecordingModel, ReplayModel
 from statewise.models.test import TestModel
 
 ALLOW_MODEL_REQUESTS: bool = True
+bind_switch(globals())  # providers read the switch here, at call time
 
 __all__ = [
     "ALLOW_MODEL_REQUESTS",

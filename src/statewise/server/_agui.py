@@ -38,7 +38,7 @@ from statewise.server._auth import Principal
 from statewise.server._deps import get_principal, get_registry
 from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
-from statewise.server._runs import Kind, _served, _user_for
+from statewise.server._runs import Kind, served_or_404, user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
 from statewise.server._threads import off_loop
 
@@ -120,14 +120,14 @@ async def agui_run(
     registry: Annotated[Registry, Depends(get_registry)],
     principal: Annotated[Principal, Depends(get_principal)],
 ) -> StreamingResponse:
-    served = _served(registry, kind, name)
+    served = served_or_404(registry, kind, name)
     try:
         session_id = validate_id(body.thread_id, "threadId")
     except InvalidIdError as exc:
         raise Problem(422, str(exc), title="Invalid request") from None
     continuing = _is_continuation(body)
     text = "" if continuing else _input_text(body)
-    user_id = _user_for(principal, None, served)
+    user_id = user_for(principal, None, served)
     found = await off_loop(registry.find_session, session_id)
     record: SessionRecord | None = None
     if found is not None:

@@ -59,7 +59,7 @@ class RunBody(BaseModel):
 router = APIRouter(tags=["runs"])
 
 
-def _served(registry: Registry, kind: str, name: str) -> Served:
+def served_or_404(registry: Registry, kind: str, name: str) -> Served:
     served = registry.get(kind, name)
     if served is None:
         known = ", ".join(f"{s.kind}/{s.name}" for s in registry.all())
@@ -69,7 +69,7 @@ def _served(registry: Registry, kind: str, name: str) -> Served:
     return served
 
 
-def _user_for(principal: Principal, requested: str | None, served: Served) -> str | None:
+def user_for(principal: Principal, requested: str | None, served: Served) -> str | None:
     if requested is not None:
         validate_id(requested, "user_id")
         if not principal.admin and requested != principal.user_id:
@@ -103,11 +103,11 @@ RUN_ERRORS = problems(*BODY, *AUTH, 404, 409, 410, *DB, 502, 504)
 async def _prepare(
     body: RunBody, kind: str, name: str, registry: Registry, principal: Principal
 ) -> tuple[Served, str, str | None]:
-    served = _served(registry, kind, name)
+    served = served_or_404(registry, kind, name)
     if body.session_state:
         principal.check_shared_write(body.session_state, "session_state")
         check_writable(body.session_state)
-    user_id = _user_for(principal, body.user_id, served)
+    user_id = user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
     user_id = await off_loop(_own_session, registry, principal, served, session_id, user_id, body)
     return served, session_id, user_id

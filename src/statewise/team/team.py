@@ -17,7 +17,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from typing_extensions import Unpack
+
 from statewise.agent.agent import Agent
+from statewise.agent.options import AgentOptions
 from statewise.exceptions import ConfigurationError
 from statewise.models.base import Model
 from statewise.run.context import RunContext
@@ -36,7 +39,8 @@ class Team(Agent):
     """A leader model plus members (agents or teams) sharing one session state.
 
     Every Agent argument applies to the leader (`instructions`, `tools`, `session_state`,
-    `db`, `output_key`, callbacks, ...).
+    `db`, `output_key`, callbacks, ...); a type checker checks them as `Agent`'s own
+    (`AgentOptions`).
     """
 
     _kind = "team"
@@ -49,7 +53,7 @@ class Team(Agent):
         name: str | None = None,
         mode: TeamMode = "coordinate",
         tools: Sequence[Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[AgentOptions],
     ) -> None:
         if mode not in ("coordinate", "route"):
             raise ConfigurationError(f"Team mode must be 'coordinate' or 'route', got {mode!r}")

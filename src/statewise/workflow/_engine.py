@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from statewise.db.records import NewEvent, RunRecord
 from statewise.run import _observe
@@ -20,9 +20,6 @@ from statewise.run.events import RunEvent, StateChanged
 from statewise.run.scope import RunScope
 from statewise.team import SCOPE_KEY
 from statewise.workflow.types import StepInput, StepOutput
-
-if TYPE_CHECKING:
-    from statewise.workflow.workflow import Workflow
 
 
 class StepLike(Protocol):
@@ -105,7 +102,9 @@ class StepScope(RunScope):
 class Executor:
     """Runs steps on one view of the state and keeps what they produced."""
 
-    workflow: Workflow
+    # The `Workflow` being run, only handed to the callables that ask for `workflow`
+    # (typed loosely so the engine does not import the module that imports it).
+    workflow: object
     input: Any
     ctx: RunContext
     scope: StepScope

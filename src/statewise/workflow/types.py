@@ -27,7 +27,7 @@ class StepOutput:
     def to_json(self) -> dict[str, Any]:
         return {
             "step_name": self.step_name,
-            "content": _json_or_text(self.content),
+            "content": json_or_text(self.content),
             "stop": self.stop,
             "skipped": self.skipped,
             "steps": [s.to_json() for s in self.steps],
@@ -52,7 +52,9 @@ class StepOutput:
         return out
 
 
-def _json_or_text(value: Any) -> Any:
+def json_or_text(value: Any) -> Any:
+    """`value` as JSON for the event log, or its text when it is not JSON: a step's
+    content may be any object, and recording it must not fail the run."""
     try:
         return to_json_value(value, ("content",))
     except StateSerializationError:

@@ -44,7 +44,7 @@ from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
 from statewise.workflow._engine import Executor, StepLike, StepScope, observed_step
 from statewise.workflow.steps import StepSpec, normalize_steps
-from statewise.workflow.types import StepOutput, _json_or_text
+from statewise.workflow.types import StepOutput, json_or_text
 
 
 @dataclass(kw_only=True, eq=False)
@@ -333,7 +333,7 @@ class Workflow(SessionOwner):
                     data={
                         "workflow": self.name,
                         "kind": "workflow",
-                        "input": _json_or_text(request.input),
+                        "input": json_or_text(request.input),
                     },
                 ),
                 NewEvent(type="user_input", run_id=run_id, data={"content": text}),
@@ -400,7 +400,7 @@ class Workflow(SessionOwner):
                 NewEvent(
                     type="run_completed",
                     run_id=run_id,
-                    data={"content": _json_or_text(content), "metrics": metrics.to_dict()},
+                    data={"content": json_or_text(content), "metrics": metrics.to_dict()},
                 )
             ],
             run=record,

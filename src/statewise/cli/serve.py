@@ -141,7 +141,7 @@ def build_app(config: ServeConfig) -> Any:
             issuer=config.jwt_issuer,
             audience=config.jwt_audience,
         )
-    return create_app(
+    app = create_app(
         objects,
         public_docs=config.public_docs,
         fleet=fleet,
@@ -149,6 +149,8 @@ def build_app(config: ServeConfig) -> Any:
         cors_origins=config.cors_origins,
         run_timeout=config.run_timeout,
     )
+    app.state.statewise_owns_databases = True  # (loaded from the app file: closed at exit)
+    return app
 
 
 def app_from_environment() -> Any:

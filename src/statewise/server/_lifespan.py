@@ -25,12 +25,27 @@ from statewise.state.gcpause import collector_tuned
 
 @asynccontextmanager
 async def lifespan(app: Any) -> AsyncIterator[None]:
-    if not collector_tuned():
-        yield
-        return
-    gc.collect()  # (garbage frozen now would stay until shutdown)
-    gc.freeze()
     try:
-        yield
+        if not collector_tuned():
+            yield
+            return
+        gc.collect()  # (garbage frozen now would stay until shutdown)
+        gc.freeze()
+        try:
+            yield
+        finally:
+            gc.unfreeze()
     finally:
-        gc.unfreeze()
+        _close_owned_databases(app)
+
+
+def _close_owned_databases(app: Any) -> None:
+    """Close the databases of an app that owns them (`statewise serve` built it from an
+    app file, `app.state.statewise_owns_databases`) while the process can still join
+    their pools' threads: a pool left to the collector may be collected on one of its own
+    threads, which cannot join itself (psycopg_pool then prints a traceback at exit)."""
+    state: Any = getattr(app, "state", None)
+    if not getattr(state, "statewise_owns_databases", False):
+        return
+    for db, _served in state.statewise_registry.databases():
+        db.close()

@@ -29,15 +29,6 @@ KNOWN_CYCLES = {
     frozenset({"statewise.db.store", "statewise.db.transaction"}): (
         "the transaction calls back into its store's commit policy, the store builds transactions"
     ),
-    frozenset({"statewise.db._pg_commit", "statewise.db.postgres"}): (
-        "PostgresDb imports its commit module inside methods, which types against PostgresDb"
-    ),
-    frozenset({"statewise.db._redis_admin", "statewise.db.redis"}): (
-        "RedisDb's admin half types against RedisDb, which imports it"
-    ),
-    frozenset({"statewise.db.testing", "statewise.db.testing.harnesses"}): (
-        "the case modules import Harness from the package __init__ that imports them"
-    ),
 }
 
 # Private names still used across modules inside db/ (module, imported name).
@@ -54,7 +45,6 @@ KNOWN_PRIVATE_USES = {
 MAX_LINES = 700
 KNOWN_LARGE = {
     "statewise.db.store": "StateStore's concerns, to be split into their own modules",
-    "statewise.db.postgres": "the PostgreSQL backend, near the limit while its reads are shared",
 }
 
 

@@ -17,7 +17,9 @@ from statewise.db.retention import Retention
 
 # Re-exported: the tuning constants tests and callers read from `statewise.db.sqlite`.
 from statewise.db.sqlite._commit import LARGE_VALUE as LARGE_VALUE
+from statewise.db.sqlite._commit import LAST_SEQS_KEPT as LAST_SEQS_KEPT
 from statewise.db.sqlite._schema import DELTA_REFERENCE as DELTA_REFERENCE
+from statewise.db.sqlite._schema import WAL_AUTOCHECKPOINT as WAL_AUTOCHECKPOINT
 from statewise.db.sqlite._sessions import PRUNE_BATCH as PRUNE_BATCH
 from statewise.db.sqlite._sessions import SqliteSessions
 from statewise.exceptions import StorageError

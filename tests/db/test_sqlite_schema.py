@@ -30,8 +30,8 @@ import pytest
 
 from statewise import Agent
 from statewise.db import SqliteDb
-from statewise.db import sqlite as sqlite_module
 from statewise.db.records import NewEvent
+from statewise.db.sqlite import _schema as sqlite_module
 from statewise.db.store import SessionSpec, StateStore
 from statewise.exceptions import SchemaVersionError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall

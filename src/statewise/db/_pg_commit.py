@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -14,7 +15,8 @@ from psycopg.pq import TransactionStatus
 from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
-from statewise.db.base import BaseDb, GroupEntry, GroupReads, ProbedTails
+from statewise.db._pg_async import LoopConnections
+from statewise.db.base import GroupEntry, GroupReads, ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -26,10 +28,35 @@ from statewise.db.records import (
     applied_result,
     decode_commit_result,
 )
-from statewise.exceptions import StorageError, VersionConflict
+from statewise.exceptions import DatabaseUnavailableError, StorageError, VersionConflict
 
-if TYPE_CHECKING:
-    from statewise.db.postgres import PostgresDb
+T = TypeVar("T")
+
+
+class PgCommitTarget(Protocol):
+    """What the commit path uses of a `PostgresDb`, typed here so that `postgres.py`
+    imports this module at its top and this module never imports it (no circle)."""
+
+    pool_size: int
+    _s: str
+    _loop_commits: LoopConnections
+
+    @property
+    def attempts_after_drops(self) -> int: ...
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T: ...
+
+    def _unavailable(self, exc: BaseException) -> DatabaseUnavailableError: ...
+
+    def _probe_tails_on(
+        self,
+        conn: psycopg.Connection[Any],
+        session_id: str,
+        bases: Mapping[ScopeKey, int],
+        limit: int | None = None,
+    ) -> ProbedTails: ...
 
 
 def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, ...]]:
@@ -74,7 +101,7 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
     return Q.commit_call(s), params
 
 
-def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
+def run_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
     now = time.time()
     sql, params = commit_params(db._s, commit, now)
     attempts = commit_attempts(db, commit)
@@ -96,7 +123,7 @@ def run_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def arun_commit(db: PostgresDb, commit: Commit) -> CommitResult:
+async def arun_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
     """`run_commit` through the event loop's own connections (`_pg_async`), for a commit
     with an id (which makes sending it again safe)."""
     now = time.time()
@@ -115,7 +142,7 @@ async def arun_commit(db: PostgresDb, commit: Commit) -> CommitResult:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def commit_attempts(db: PostgresDb, commit: Commit) -> int:
+def commit_attempts(db: PgCommitTarget, commit: Commit) -> int:
     """How many connections a commit is sent on while each one dies under it. With a
     commit id sending again is always safe: past every pooled connection that died with
     the same fault, up to a fresh one."""
@@ -123,7 +150,7 @@ def commit_attempts(db: PostgresDb, commit: Commit) -> int:
 
 
 def commit_failure(
-    db: PostgresDb,
+    db: PgCommitTarget,
     commit: Commit,
     exc: psycopg.Error,
     conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
@@ -150,7 +177,7 @@ def commit_failure(
 
 
 def run_locked_commit(
-    db: PostgresDb,
+    db: PgCommitTarget,
     session_id: str,
     bases: Mapping[ScopeKey, int],
     build: Callable[[ProbedTails], Commit],
@@ -166,11 +193,9 @@ def run_locked_commit(
     `statewise_commit` locks them (the session's row first), so no cycle of waits forms.
 
     `build` rebases the caller's tree; it runs once at most. With a pool of one
-    connection this is the unlocked default: a rebase that has to reload a scope reads on
-    a second connection.
+    connection the caller takes the unlocked default instead: a rebase that has to
+    reload a scope reads on a second connection.
     """
-    if db.pool_size < 2:
-        return BaseDb.commit_rebased(db, session_id, bases, build)
     s = db._s
     # Until it builds, nothing is sent that could land: it may start over.
     attempts = db.attempts_after_drops
@@ -222,7 +247,7 @@ def run_locked_commit(
 
 
 def run_locked_group(
-    db: PostgresDb,
+    db: PgCommitTarget,
     session_id: str,
     entries: Sequence[GroupEntry],
 ) -> list[CommitResult | Exception]:
@@ -296,7 +321,7 @@ def run_locked_group(
 
 
 def _resend(
-    db: PostgresDb,
+    db: PgCommitTarget,
     entries: Sequence[Any],
     sent: list[Commit | None],
     outcomes: list[CommitResult | Exception],
@@ -338,7 +363,7 @@ def _result(commit: Commit, row: tuple[Any, ...] | None, now: float) -> CommitRe
     return applied_result(commit, int(reply[1:].split("|", 1)[0]), now)
 
 
-def _landed(db: PostgresDb, commit: Commit, now: float) -> int | None:
+def _landed(db: PgCommitTarget, commit: Commit, now: float) -> int | None:
     """The commit's last_seq if its rows are in the database (they carry `now`), else None."""
     s, sid = db._s, commit.session.session_id
 

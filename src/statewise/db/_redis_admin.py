@@ -6,17 +6,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewise.db import _codec
-from statewise.db._redis_keys import corrupt, dec, run_fields, run_record
+from statewise.db._redis_keys import RedisTarget, corrupt, dec, run_fields, run_record
 from statewise.db.base import readable_records, to_timestamp_cutoff
 from statewise.db.listing import decode_cursor
 from statewise.db.records import DeltaRecord, EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.exceptions import StorageError
-
-if TYPE_CHECKING:
-    from statewise.db.redis import RedisDb
 
 CHUNK = 500
 
@@ -31,7 +28,7 @@ def _seq_chunks(lo: int, hi: int, newest_first: bool) -> Iterator[list[int]]:
 
 
 def read_events(
-    db: RedisDb,
+    db: RedisTarget,
     sid: str,
     after: int | None,
     before: int | None,
@@ -85,7 +82,7 @@ def read_events(
     return events
 
 
-def get_runs(db: RedisDb, sid: str, run_ids: Sequence[str]) -> list[RunRecord | None]:
+def get_runs(db: RedisTarget, sid: str, run_ids: Sequence[str]) -> list[RunRecord | None]:
     pipe = db.client.pipeline(transaction=False)
     for run_id in run_ids:
         pipe.hmget(db.keys.runs(sid), run_fields(run_id))
@@ -96,7 +93,7 @@ def get_runs(db: RedisDb, sid: str, run_ids: Sequence[str]) -> list[RunRecord | 
     ]
 
 
-def read_runs(db: RedisDb, sid: str, limit: int | None, status: str | None) -> list[RunRecord]:
+def read_runs(db: RedisTarget, sid: str, limit: int | None, status: str | None) -> list[RunRecord]:
     """Oldest first; with `limit`, the newest `limit` (order: created_at, then insertion)."""
     if limit == 0:
         return []
@@ -119,7 +116,7 @@ def read_runs(db: RedisDb, sid: str, limit: int | None, status: str | None) -> l
     return picked[::-1]
 
 
-def iter_runs(db: RedisDb, sid: str, page: int) -> Iterator[RunRecord]:
+def iter_runs(db: RedisTarget, sid: str, page: int) -> Iterator[RunRecord]:
     """Oldest first, `page` runs a read (the run order only grows at its end)."""
     key, start = db.keys.runord(sid), 0
     while True:
@@ -133,7 +130,7 @@ def iter_runs(db: RedisDb, sid: str, page: int) -> Iterator[RunRecord]:
 
 
 def list_sessions(
-    db: RedisDb,
+    db: RedisTarget,
     user_id: str | None,
     app_name: str | None,
     limit: int,
@@ -172,7 +169,7 @@ def list_sessions(
 
 
 def _id_chunks(
-    db: RedisDb, index: str, after: tuple[float, str] | None, skip: int, size: int
+    db: RedisTarget, index: str, after: tuple[float, str] | None, skip: int, size: int
 ) -> Iterator[list[str]]:
     """Session ids of a session index in listing order, after `after` and `skip` more,
     `size` at a time."""
@@ -204,7 +201,7 @@ def _id_chunks(
         ties, skip = [], skip + len(found)
 
 
-def _sessions(db: RedisDb, ids: Sequence[str | None]) -> list[SessionRecord]:
+def _sessions(db: RedisTarget, ids: Sequence[str | None]) -> list[SessionRecord]:
     pipe = db.client.pipeline(transaction=False)
     for sid in ids:
         pipe.hgetall(db.keys.session(str(sid)))
@@ -213,7 +210,7 @@ def _sessions(db: RedisDb, ids: Sequence[str | None]) -> list[SessionRecord]:
     return readable_records(found, lambda pair: db.keys.session_record(*pair))
 
 
-def delete_sessions(db: RedisDb, ids: Sequence[str]) -> int:
+def delete_sessions(db: RedisTarget, ids: Sequence[str]) -> int:
     """Delete sessions and everything they own, each atomically (WATCH/MULTI)."""
     import redis
 
@@ -240,7 +237,7 @@ def delete_sessions(db: RedisDb, ids: Sequence[str]) -> int:
 
 
 def prune_sessions(
-    db: RedisDb, older_than: float | timedelta | datetime, user_id: str | None
+    db: RedisTarget, older_than: float | timedelta | datetime, user_id: str | None
 ) -> int:
     cutoff = to_timestamp_cutoff(older_than, time.time())
     index = db.keys.sessions() if user_id is None else db.keys.by_user(user_id)
@@ -250,7 +247,7 @@ def prune_sessions(
 
 
 def import_records(
-    db: RedisDb,
+    db: RedisTarget,
     session: SessionRecord,
     deltas: Sequence[DeltaRecord],
     events: Sequence[EventRecord],

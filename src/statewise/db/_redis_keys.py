@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from statewise.db import _codec
 from statewise.db.records import RunRecord, ScopeKey, SessionRecord
@@ -138,3 +138,13 @@ def run_record(sid: str, run_id: str, values: list[Any]) -> RunRecord:
 
 def run_fields(run_id: str) -> list[str]:
     return [f"{name}:{run_id}" for name in RUN_FIELDS]
+
+
+class RedisTarget(Protocol):
+    """What the admin and retention functions use of a `RedisDb`, typed here so that
+    `redis.py` imports their modules at its top and they never import it (no circle)."""
+
+    keys: Keys
+    client: Any
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any: ...

@@ -9,10 +9,10 @@ session deletes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewise.db import _codec
-from statewise.db._redis_keys import dec, run_fields
+from statewise.db._redis_keys import RedisTarget, dec, run_fields
 from statewise.db.records import ScopeKey
 from statewise.db.retention import (
     LIVE_RUN_STATUSES,
@@ -22,14 +22,11 @@ from statewise.db.retention import (
     forgets,
 )
 
-if TYPE_CHECKING:
-    from statewise.db.redis import RedisDb
-
 ATTEMPTS = 8
 """Tries before giving up (None) when commits keep moving the session meanwhile."""
 
 
-def read_horizon(db: RedisDb, session_id: str) -> Horizon:
+def read_horizon(db: RedisTarget, session_id: str) -> Horizon:
     raw = db._call(
         "read", db.client.hmget, db.keys.session(session_id), "h_version", "h_before", "h_ids"
     )
@@ -42,7 +39,7 @@ def _horizon(raw: list[Any]) -> Horizon:
     return Horizon(version=int(raw[0]), before=float(raw[1]), ids_before=float(raw[2]))
 
 
-def write_compaction(db: RedisDb, plan: CompactionPlan) -> Compaction | None:
+def write_compaction(db: RedisTarget, plan: CompactionPlan) -> Compaction | None:
     import redis
 
     for _attempt in range(ATTEMPTS):
@@ -59,7 +56,7 @@ def write_compaction(db: RedisDb, plan: CompactionPlan) -> Compaction | None:
     return None
 
 
-def _compact_in(db: RedisDb, pipe: Any, plan: CompactionPlan) -> Compaction | None:
+def _compact_in(db: RedisTarget, pipe: Any, plan: CompactionPlan) -> Compaction | None:
     """Read under WATCH, then queue the writes (the caller executes them)."""
     k = db.keys
     sid = plan.session_id

@@ -44,8 +44,16 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
 from statewise.db import _codec, _pg_retention
 from statewise.db import _pg_sql as Q
+from statewise.db._pg_admin import claim_in, delete_in, prune_in, release_in
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
+from statewise.db._pg_commit import (
+    arun_commit,
+    import_in,
+    run_commit,
+    run_locked_commit,
+    run_locked_group,
+)
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
 from statewise.db._pg_rows import run_from_row as _run_from_row
@@ -585,8 +593,6 @@ class PostgresDb(BaseDb):
     # ---- writes --------------------------------------------------------------------------
 
     def commit(self, commit: Commit) -> CommitResult:
-        from statewise.db._pg_commit import run_commit
-
         return run_commit(self, commit)
 
     async def acommit(self, commit: Commit) -> CommitResult:
@@ -598,8 +604,6 @@ class PostgresDb(BaseDb):
             return await super().acommit(commit)
         if self._closed:
             raise StorageError(f"{self!r} is closed")
-        from statewise.db._pg_commit import arun_commit
-
         try:
             return await arun_commit(self, commit)
         except PoolTimeout as exc:
@@ -622,9 +626,10 @@ class PostgresDb(BaseDb):
         bases: Mapping[ScopeKey, int],
         build: Callable[[ProbedTails], Commit],
     ) -> CommitResult:
-        """Under the session row's lock (see `BaseDb.commit_rebased`)."""
-        from statewise.db._pg_commit import run_locked_commit
-
+        """Under the session row's lock (see `BaseDb.commit_rebased`); with a pool of one
+        connection, the unlocked default (see `run_locked_commit`)."""
+        if self.pool_size < 2:
+            return BaseDb.commit_rebased(self, session_id, bases, build)
         return run_locked_commit(self, session_id, bases, build)
 
     def commit_rebased_together(
@@ -633,8 +638,6 @@ class PostgresDb(BaseDb):
         entries: Sequence[GroupEntry],
     ) -> list[CommitResult | Exception]:
         """In one transaction under the session row's lock (see `BaseDb`)."""
-        from statewise.db._pg_commit import run_locked_group
-
         if self.pool_size < 2 or len(entries) < 2:
             return BaseDb.commit_rebased_together(self, session_id, entries)
         return run_locked_group(self, session_id, entries)
@@ -642,47 +645,16 @@ class PostgresDb(BaseDb):
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         """Expiry by the server's clock (`clock_timestamp()`), not this client's: clients
         whose clocks disagree still agree on who holds a run."""
-        s = self._s
-        now = "extract(epoch from clock_timestamp())::double precision"
-
-        def claim(conn: psycopg.Connection[Any]) -> bool:
-            row = conn.execute(
-                f"INSERT INTO {s}.run_leases AS l (session_id, run_id, owner, expires_at) "
-                f"VALUES (%s, %s, %s, {now} + %s) ON CONFLICT (session_id, run_id) DO UPDATE "
-                f"SET owner = excluded.owner, expires_at = excluded.expires_at "
-                f"WHERE l.owner = excluded.owner OR l.expires_at <= {now} RETURNING owner",
-                (session_id, run_id, owner, float(ttl)),
-            ).fetchone()
-            return row is not None
-
-        return self._transaction(claim)
+        return self._transaction(
+            lambda conn: claim_in(conn, self._s, session_id, run_id, owner, ttl)
+        )
 
     def release_run(self, session_id: str, run_id: str, owner: str) -> None:
-        s = self._s
-        self._transaction(
-            lambda conn: conn.execute(
-                f"DELETE FROM {s}.run_leases WHERE session_id = %s AND run_id = %s AND owner = %s",
-                (session_id, run_id, owner),
-            )
-        )
+        self._transaction(lambda conn: release_in(conn, self._s, session_id, run_id, owner))
 
     def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
-        return self._transaction(lambda c: self._delete_in(c, [session_id])) > 0
-
-    def _delete_in(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
-        s = self._s
-        found = conn.execute(
-            f"DELETE FROM {s}.sessions WHERE session_id = ANY(%s::text[])", (ids,)
-        ).rowcount
-        for table in ("events", "runs", "commits", "run_leases", "horizons"):
-            conn.execute(f"DELETE FROM {s}.{table} WHERE session_id = ANY(%s::text[])", (ids,))
-        for table in ("deltas", "snapshots", "scopes"):
-            conn.execute(
-                f"DELETE FROM {s}.{table} WHERE kind = 'session' AND scope_id = ANY(%s::text[])",
-                (ids,),
-            )
-        return found
+        return self._transaction(lambda c: delete_in(c, self._s, [session_id])) > 0
 
     def read_horizon(self, session_id: str) -> Horizon:
         return self._read(lambda conn: _pg_retention.read_horizon(conn, self._s, session_id))
@@ -694,22 +666,7 @@ class PostgresDb(BaseDb):
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None
     ) -> int:
         cutoff = to_timestamp_cutoff(older_than, time.time())
-
-        def prune(conn: psycopg.Connection[Any]) -> int:
-            # The listing index finds the old buckets; the sessions updated since are not read.
-            sql = (
-                f"SELECT session_id FROM {self._s}.sessions WHERE listed_at <= "
-                f"{Q.listed('%s::double precision')} AND updated_at < %s"
-            )
-            params: list[Any] = [cutoff, cutoff]
-            if user_id is not None:
-                sql += " AND user_id = %s"
-                params.append(user_id)
-            # Lock the rows, so a session committed to meanwhile is not pruned.
-            ids = [r[0] for r in conn.execute(sql + " FOR UPDATE", params).fetchall()]
-            return self._delete_in(conn, ids) if ids else 0
-
-        return self._transaction(prune)
+        return self._transaction(lambda conn: prune_in(conn, self._s, cutoff, user_id))
 
     def import_records(
         self,
@@ -718,8 +675,6 @@ class PostgresDb(BaseDb):
         events: Sequence[EventRecord],
         runs: Sequence[RunRecord],
     ) -> None:
-        from statewise.db._pg_commit import import_in
-
         try:
             self._transaction(lambda c: import_in(self._s, c, session, deltas, events, runs))
         except pg_errors.UniqueViolation as exc:

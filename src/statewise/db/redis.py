@@ -44,7 +44,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from statewise.db import _codec
+from statewise.db import _redis_admin as admin
 from statewise.db import _redis_lua as lua
+from statewise.db import _redis_retention as retention_ops
 from statewise.db._redis_async import LoopClients
 from statewise.db._redis_keys import Keys, corrupt, dec
 from statewise.db.base import BaseDb, ScopesRead, on_private_loop, validate_id
@@ -309,26 +311,18 @@ class RedisDb(BaseDb):
         types: Sequence[str] | None = None,
         run_id: str | None = None,
     ) -> list[EventRecord]:
-        from statewise.db._redis_admin import read_events
-
-        return read_events(self, session_id, after, before, limit, types, run_id)
+        return admin.read_events(self, session_id, after, before, limit, types, run_id)
 
     def read_runs(
         self, session_id: str, *, limit: int | None = None, status: str | None = None
     ) -> list[RunRecord]:
-        from statewise.db._redis_admin import read_runs
-
-        return read_runs(self, session_id, limit, status)
+        return admin.read_runs(self, session_id, limit, status)
 
     def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
-        from statewise.db._redis_admin import iter_runs
-
-        return iter_runs(self, session_id, page)
+        return admin.iter_runs(self, session_id, page)
 
     def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
-        from statewise.db._redis_admin import get_runs
-
-        return get_runs(self, session_id, [run_id])[0]
+        return admin.get_runs(self, session_id, [run_id])[0]
 
     def list_sessions(
         self,
@@ -339,9 +333,7 @@ class RedisDb(BaseDb):
         offset: int = 0,
         cursor: str | None = None,
     ) -> list[SessionRecord]:
-        from statewise.db._redis_admin import list_sessions
-
-        return list_sessions(self, user_id, app_name, limit, offset, cursor)
+        return admin.list_sessions(self, user_id, app_name, limit, offset, cursor)
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -475,27 +467,19 @@ class RedisDb(BaseDb):
         )
 
     def delete_session(self, session_id: str) -> bool:
-        from statewise.db._redis_admin import delete_sessions
-
         validate_id(session_id)
-        return delete_sessions(self, [session_id]) > 0
+        return admin.delete_sessions(self, [session_id]) > 0
 
     def prune_sessions(
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None
     ) -> int:
-        from statewise.db._redis_admin import prune_sessions
-
-        return prune_sessions(self, older_than, user_id)
+        return admin.prune_sessions(self, older_than, user_id)
 
     def read_horizon(self, session_id: str) -> Horizon:
-        from statewise.db._redis_retention import read_horizon
-
-        return read_horizon(self, session_id)
+        return retention_ops.read_horizon(self, session_id)
 
     def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
-        from statewise.db._redis_retention import write_compaction
-
-        return write_compaction(self, plan)
+        return retention_ops.write_compaction(self, plan)
 
     def import_records(
         self,
@@ -504,9 +488,7 @@ class RedisDb(BaseDb):
         events: Sequence[EventRecord],
         runs: Sequence[RunRecord],
     ) -> None:
-        from statewise.db._redis_admin import import_records
-
-        import_records(self, session, deltas, events, runs)
+        admin.import_records(self, session, deltas, events, runs)
 
 
 __all__ = ["RedisDb"]

@@ -36,7 +36,10 @@ from statewise.exceptions import InvalidInputError, StateError
 from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 
 if TYPE_CHECKING:
-    from statewise.db.store import CommitAttempt, CommitPolicy, Committed, StateLoader, StateStore
+    # The store is typed as its commit layer, which never imports this module: `store`
+    # builds transactions, so naming `StateStore` here would make a circle.
+    from statewise.db._store_checkout import StateLoader
+    from statewise.db._store_commit import CommitAttempt, CommitPolicy, Committed, StoreCommits
 
 
 class TransactionCore:
@@ -44,7 +47,7 @@ class TransactionCore:
 
     def __init__(
         self,
-        store: StateStore,
+        store: StoreCommits,
         working: WorkingState,
         policy: CommitPolicy,
         *,
@@ -260,7 +263,7 @@ class AsyncTransaction(TransactionCore):
 
 
 def checkout_at(
-    store: StateStore, spec: SessionSpec, versions: Mapping[ScopeKey, int]
+    store: StoreCommits, spec: SessionSpec, versions: Mapping[ScopeKey, int]
 ) -> WorkingState:
     """A session's state as it was at `versions` (a scope not named: as it is now),
     checked out for commits based on those versions. Whoever saw that state (a frontend's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent, RunRecord
@@ -46,7 +46,9 @@ class RunScope:
 
     @property
     def store(self) -> StateStore:
-        return self.txn.store
+        # (A run's transaction always comes from `StateStore.begin`; the transaction types
+        # its store as the layer it calls, so that it does not import `store`.)
+        return cast(StateStore, self.txn.store)
 
     @property
     def working(self) -> WorkingState:

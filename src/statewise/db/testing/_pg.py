@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
-from statewise.db.testing import CorruptTarget, Harness
+from statewise.db.testing.base import CorruptTarget, Harness
 from statewise.db.testing.harnesses import _corrupt_sql, stored_rows_sql
 
 

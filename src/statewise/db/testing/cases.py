@@ -23,7 +23,7 @@ from statewise.db.records import (
     ScopeWrite,
     SessionRecord,
 )
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 from statewise.exceptions import (
     VersionConflict,
 )

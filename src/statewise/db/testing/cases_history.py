@@ -10,7 +10,7 @@ from typing import Any
 
 from statewise.db.base import split_records
 from statewise.db.records import Commit, NewEvent, RunRecord, ScopeKey
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 from statewise.db.testing.cases import CASES, S, case, setop, state, write
 from statewise.exceptions import CorruptRecordError, InvalidIdError, StorageError
 

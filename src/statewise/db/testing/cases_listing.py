@@ -9,7 +9,7 @@ import time
 from statewise.db.base import BaseDb
 from statewise.db.listing import LISTED_EVERY
 from statewise.db.records import SessionRecord
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 from statewise.db.testing.cases import CASES, case, setop, write
 from statewise.exceptions import InvalidInputError
 

@@ -22,7 +22,7 @@ from statewise.db.records import (
     ScopeWrite,
     SessionRecord,
 )
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 from statewise.db.testing.cases import CASES, S, case, setop, state
 
 __all__ = ["CASES"]

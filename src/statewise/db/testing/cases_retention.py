@@ -19,7 +19,7 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.retention import Retention, check_commit_id, require_retained
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 from statewise.db.testing.cases import CASES, S, case, setop, state
 from statewise.exceptions import CommitIdExpiredError, HistoryCompactedError
 

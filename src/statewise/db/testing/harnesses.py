@@ -14,7 +14,7 @@ from statewise.db.base import BaseDb
 from statewise.db.memory import InMemoryDb
 from statewise.db.records import ScopeKey
 from statewise.db.sqlite import SqliteDb
-from statewise.db.testing import CorruptTarget, Harness
+from statewise.db.testing.base import CorruptTarget, Harness
 
 GARBAGE = "{not json"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from statewise.db.base import BaseDb
 from statewise.db.records import ScopeKey
-from statewise.db.testing import Harness
+from statewise.db.testing.base import Harness
 
 CASES: list[Callable[[Harness], None]] = []
 

@@ -1,0 +1,341 @@
+"""SQLite reads: sessions, scopes, deltas, snapshots, events and runs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from statewise.db import _codec
+from statewise.db.base import (
+    readable_records,
+)
+from statewise.db.listing import decode_cursor
+from statewise.db.records import (
+    DeltaRecord,
+    EventRecord,
+    RunRecord,
+    ScopeKey,
+    ScopeState,
+    SessionRecord,
+)
+from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
+from statewise.db.sqlite._schema import DELTA_REFERENCE, SqliteBase, listed
+from statewise.exceptions import (
+    CorruptRecordError,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_sql(p: str, scopes: int) -> str:
+    """The session row (NULLs when there is none) and the version of each of `scopes`
+    scopes (NULL when never written), in one row."""
+    versions = "".join(
+        f", (SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?)" for _ in range(scopes)
+    )
+    return (
+        f"SELECT s.session_id, s.user_id, s.app_name, s.kind, s.created_at, s.updated_at, "
+        f"s.last_seq, s.metadata{versions} FROM (SELECT ? AS id) AS wanted "
+        f"LEFT JOIN {p}sessions AS s ON s.session_id = wanted.id"
+    )
+
+
+@contextlib.contextmanager
+def _one_read(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction, so what is read together agrees. Inside this thread's write
+    transaction (a group commit rebasing its writers reads there) that transaction
+    already is one: a BEGIN there would fail, and a COMMIT would end the write early."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+class SqliteReads(SqliteBase):
+    """`SqliteDb`'s reads."""
+
+    def probe(
+        self, session_id: str, keys: Sequence[ScopeKey]
+    ) -> tuple[SessionRecord | None, dict[ScopeKey, int]]:
+        # One statement, so one snapshot of the database and one round through SQLite for
+        # what was a query per scope: this runs at the start of every run.
+        params: list[Any] = [part for key in keys for part in key]
+        params.append(session_id)
+        row = self._conn.execute(_probe_sql(self.table_prefix, len(keys)), params).fetchone()
+        versions = {key: row[8 + i] or 0 for i, key in enumerate(keys)}
+        return (self._session_from_row(row) if row[0] is not None else None), versions
+
+    def _session_from_row(self, row: Sequence[Any]) -> SessionRecord:
+        try:
+            metadata = _codec.loads(row[7]) if row[7] else {}
+        except ValueError as exc:
+            raise CorruptRecordError(f"session {row[0]!r}: metadata is not JSON") from exc
+        return SessionRecord(
+            session_id=row[0],
+            user_id=row[1],
+            app_name=row[2],
+            kind=row[3],
+            created_at=row[4],
+            updated_at=row[5],
+            last_seq=row[6],
+            metadata=metadata,
+        )
+
+    def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
+        p = self.table_prefix
+        conn = self._conn
+        result: dict[ScopeKey, ScopeState] = {}
+        for key in keys:
+            # One read transaction per scope so snapshot and deltas agree with the version.
+            with _one_read(conn):
+                row = conn.execute(
+                    f"SELECT version, snapshot_version, snapshot_bytes, tail_bytes "
+                    f"FROM {p}scopes WHERE kind = ? AND scope_id = ?",
+                    (key.kind, key.id),
+                ).fetchone()
+                if row is None:
+                    result[key] = ScopeState(key=key)
+                    continue
+                version, snapshot_version, snapshot_bytes, tail_bytes = row
+                snapshot_text = None
+                if snapshot_version:
+                    found = conn.execute(
+                        f"SELECT state FROM {p}snapshots "
+                        f"WHERE kind = ? AND scope_id = ? AND version = ?",
+                        (key.kind, key.id, snapshot_version),
+                    ).fetchone()
+                    snapshot_text = found[0] if found else None
+                deltas = conn.execute(
+                    f"SELECT version, segments FROM {p}deltas "
+                    f"WHERE kind = ? AND scope_id = ? AND version > ? ORDER BY version",
+                    (key.kind, key.id, snapshot_version),
+                ).fetchall()
+            result[key] = replayed_scope(
+                key, version, snapshot_version, snapshot_bytes, tail_bytes, snapshot_text, deltas
+            )
+        return result
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        p = self.table_prefix
+        sql = (
+            f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
+            f"FROM {p}deltas WHERE kind = ? AND scope_id = ? AND version > ?"
+        )
+        params: list[Any] = [key.kind, key.id, after_version]
+        if upto_version is not None:
+            sql += " AND version <= ?"
+            params.append(upto_version)
+        sql += " ORDER BY version"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._conn.execute(sql, params).fetchall()
+        return [decode_delta_row(key, *row) for row in rows]
+
+    def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
+        row = self._conn.execute(
+            f"SELECT version, state FROM {self.table_prefix}snapshots WHERE kind = ? "
+            f"AND scope_id = ? AND version <= ? ORDER BY version DESC LIMIT 1",
+            (key.kind, key.id, at_or_before),
+        ).fetchone()
+        if row is None:
+            return 0, {}
+        try:
+            return row[0], _codec.loads(row[1])
+        except ValueError as exc:
+            raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not JSON") from exc
+
+    def read_events(
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        run_id: str | None = None,
+    ) -> list[EventRecord]:
+        sql = (
+            f"SELECT seq, run_id, type, data, created_at FROM {self.table_prefix}events "
+            f"WHERE session_id = ?"
+        )
+        params: list[Any] = [session_id]
+        if after is not None:
+            sql += " AND seq > ?"
+            params.append(after)
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
+        if types:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            params.extend(types)
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        newest_first = limit is not None and after is None
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        conn = self._conn
+        # One read transaction, so the deltas that events refer to are read with them.
+        with _one_read(conn):
+            rows = conn.execute(sql, params).fetchall()
+            if newest_first:
+                rows.reverse()
+            events = [self._event_from_row(conn, session_id, *row) for row in rows]
+        return events
+
+    def _event_from_row(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        seq: int,
+        run_id: str | None,
+        type_: str,
+        data: str | bytes,
+        created_at: float,
+    ) -> EventRecord:
+        reference = isinstance(data, str) and data.startswith(DELTA_REFERENCE)
+        try:
+            decoded = _codec.loads(data[1:] if reference else data)
+        except ValueError as exc:
+            raise CorruptRecordError(f"session {session_id!r}: event {seq} is not JSON") from exc
+        if reference:
+            decoded["segments"] = self._referenced_segments(conn, session_id, seq, decoded)
+        return EventRecord(
+            session_id=session_id,
+            seq=seq,
+            run_id=run_id,
+            type=type_,
+            data=decoded,
+            created_at=created_at,
+        )
+
+    def _referenced_segments(
+        self, conn: sqlite3.Connection, session_id: str, seq: int, data: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The segments of the delta a `state_delta` event refers to (see `event_text`)."""
+        row = conn.execute(
+            f"SELECT segments FROM {self.table_prefix}deltas "
+            f"WHERE kind = ? AND scope_id = ? AND version = ?",
+            (data.get("scope"), data.get("scope_id"), data.get("version")),
+        ).fetchone()
+        if row is None:
+            raise CorruptRecordError(
+                f"session {session_id!r}: event {seq} refers to a delta that is missing"
+            )
+        key = ScopeKey(data["scope"], data["scope_id"])
+        return [s.to_dict() for s in decode_segments(key, data["version"], row[0])]
+
+    _RUN_COLUMNS = (
+        "run_id, status, agent_name, input, content, messages, metrics, error, "
+        "created_at, updated_at"
+    )
+
+    def _run_from_row(self, session_id: str, row: Sequence[Any]) -> RunRecord:
+        try:
+            messages = _codec.loads(row[5])
+            metrics = _codec.loads(row[6])
+        except ValueError as exc:
+            raise CorruptRecordError(
+                f"session {session_id!r}: run {row[0]!r} is not valid JSON"
+            ) from exc
+        return RunRecord(
+            session_id=session_id,
+            run_id=row[0],
+            status=row[1],
+            agent_name=row[2],
+            input=row[3],
+            content=row[4],
+            messages=messages,
+            metrics=metrics,
+            error=row[7],
+            created_at=row[8],
+            updated_at=row[9],
+        )
+
+    def read_runs(
+        self, session_id: str, *, limit: int | None = None, status: str | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        sql += " ORDER BY created_at DESC, rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._conn.execute(sql, params).fetchall()
+        return [self._run_from_row(session_id, row) for row in reversed(rows)]
+
+    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
+        after: tuple[float, int] = (float("-inf"), -1)
+        while True:
+            rows = self._conn.execute(
+                f"SELECT {self._RUN_COLUMNS}, rowid FROM {self.table_prefix}runs "
+                "WHERE session_id = ? AND (created_at, rowid) > (?, ?) "
+                "ORDER BY created_at, rowid LIMIT ?",
+                (session_id, *after, page),
+            ).fetchall()
+            for row in rows:
+                yield self._run_from_row(session_id, row[:-1])
+            if len(rows) < page:
+                return
+            after = (rows[-1][-3], rows[-1][-1])  # (created_at, rowid) of the last one
+
+    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
+        row = self._conn.execute(
+            f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs "
+            f"WHERE session_id = ? AND run_id = ?",
+            (session_id, run_id),
+        ).fetchone()
+        return self._run_from_row(session_id, row) if row else None
+
+    def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        app_name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> list[SessionRecord]:
+        sql = (
+            f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
+            f"metadata FROM {self.table_prefix}sessions WHERE 1=1"
+        )
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        if app_name is not None:
+            sql += " AND app_name = ?"
+            params.append(app_name)
+        if cursor is not None:
+            # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
+            updated_at, session_id = decode_cursor(cursor)
+            bucket = listed("?")
+            sql += (
+                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < ?"
+                f" OR (updated_at = ? AND session_id > ?))"
+            )
+            params += [updated_at, updated_at, updated_at, updated_at, session_id]
+        sql += " ORDER BY listed_at DESC, updated_at DESC, session_id LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+        rows = self._conn.execute(sql, params).fetchall()
+        return readable_records(rows, self._session_from_row)

@@ -11,7 +11,12 @@ ways, several times the CPU of a hop here under concurrent callers
 several hops.
 
 `Workers(size)` starts threads as calls arrive, up to `size`, and reuses idle ones. The
-caller's context variables travel with each call. A call whose caller was cancelled still
+caller's context variables travel with each call.
+
+This is the one place that decides where a blocking call runs. A loop that only a sync
+call drives (`agent.run()` runs its coroutine on one: see `mark_inline_loop`) runs every
+call inline: nobody else shares that loop, so there is no one to block, and a thread hop
+would only add latency. The layers above ask nothing; they hand blocking calls here. A call whose caller was cancelled still
 runs to its end (a thread cannot be interrupted), and its result is dropped. Threads are
 daemons; a forked child starts its own.
 """
@@ -57,6 +62,8 @@ class Workers:
         if self.closed:
             raise RuntimeError(f"the {self.name} threads are closed")
         loop = asyncio.get_running_loop()
+        if loop in _inline_loops:
+            return fn(*args, **kwargs)
         future: asyncio.Future[T] = loop.create_future()
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         with self._lock:
@@ -105,6 +112,24 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 _all: weakref.WeakSet[Workers] = weakref.WeakSet()
+
+_inline_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def mark_inline_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Declare that `loop` is driven by sync calls alone, one at a time: blocking calls
+    made on it run inline (see the module's docstring)."""
+    _inline_loops.add(loop)
+
+
+def runs_inline() -> bool:
+    """Whether a blocking call made here runs inline: on a loop a sync call drives. A
+    backend with two drivers (PostgreSQL's sync and async psycopg) asks it to pick one."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # (no loop: the caller is sync code, which blocks anyway)
+        return True
+    return loop in _inline_loops
 
 
 def _after_fork() -> None:

@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from statewise.db.base import mark_private_loop, unmark_private_loop
+from statewise._workers import mark_inline_loop
 
 T = TypeVar("T")
 
@@ -55,7 +55,8 @@ def _in_running_loop() -> bool:
 
 
 def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion on a loop that only this call uses (see on_private_loop).
+    """Run `coro` to completion on a loop that only sync calls drive, one at a time
+    (blocking calls made on it run inline: see `statewise._workers`).
 
     `run_forever` stopped by the task itself as it ends, rather than `run_until_complete`
     (whose stop is a done callback: one more turn of the loop, a twentieth of a small
@@ -63,21 +64,18 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
     sixth of it). An interrupt still cancels the run, so its cleanup (releasing the
     session) happens before the exception propagates.
     """
-    token = mark_private_loop()
+    mark_inline_loop(loop)
+    task = loop.create_task(_stopping(loop, coro))
     try:
-        task = loop.create_task(_stopping(loop, coro))
-        try:
-            while not task.done():  # (a stop left over from an interrupted call: go on)
-                loop.run_forever()
-            return task.result()
-        except BaseException:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(task)
-            raise
-    finally:
-        unmark_private_loop(token)
+        while not task.done():  # (a stop left over from an interrupted call: go on)
+            loop.run_forever()
+        return task.result()
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+        raise
 
 
 async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

@@ -258,18 +258,16 @@ class Function:
         self,
         arguments: Mapping[str, Any],
         injected: Mapping[str, Any],
-        *,
-        offload: bool = False,
     ) -> Any:
         """Run the tool for a model's tool call.
 
-        With `offload` (the run is on a shared event loop: a server, `arun` in user code),
-        a sync function runs in a worker thread, so a slow or blocking tool never stalls
-        other runs; the run waits for it, so nothing else touches its session state
-        meanwhile. Otherwise it runs inline. `injected` maps injectable names to values;
-        the function gets only those it declares.
+        A sync function is a blocking call (see `off_loop`): on a shared event loop (a
+        server, `arun` in user code) it runs in a worker thread, so a slow or blocking
+        tool never stalls other runs; the run waits for it, so nothing else touches its
+        session state meanwhile. `injected` maps injectable names to values; the function
+        gets only those it declares.
         """
-        if self.is_async or not offload:
+        if self.is_async:
             result = self.invoke(arguments, injected)
         else:
             result = await off_loop(self.invoke, arguments, injected)

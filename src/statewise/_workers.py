@@ -94,12 +94,14 @@ class Workers:
             except BaseException as exc:
                 outcome = (None, exc)
             del item, call
+            # Idle before the caller hears back: its next call then finds this thread
+            # instead of starting another one.
+            with self._lock:
+                self._idle += 1
             # (A closed loop raises RuntimeError: nobody waits for this call any more.)
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, *outcome)
             del future, outcome
-            with self._lock:
-                self._idle += 1
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -1,6 +1,7 @@
 """Worker threads that async code hands blocking calls to: a database's I/O, a server's
 read, a sync tool. The bottom of the package: it imports nothing of statewise, so every
-layer can use it.
+layer can use it, and the one place that makes threads for them: `run_blocking` (I/O) and
+`run_user_code` (sync tools and hooks).
 
 A hop is a queue put and a `call_soon_threadsafe` back: the calling task waits on a plain
 asyncio future that the worker resolves. `loop.run_in_executor` / `asyncio.to_thread` /
@@ -140,3 +141,27 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+BLOCKING_THREADS = 40
+"""How many threads `run_blocking` uses (anyio's default for a server's sync routes)."""
+
+USER_CODE_THREADS = min(32, (os.cpu_count() or 1) + 4)
+"""How many threads `run_user_code` uses: as many as asyncio's default executor has,
+which tools ran in before."""
+
+_blocking = Workers(BLOCKING_THREADS, "statewise-blocking")
+_user_code = Workers(USER_CODE_THREADS, "statewise-tool")
+
+
+async def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` in a shared worker thread, for blocking calls made from an
+    event loop: a network database's I/O, a server's read. Every database of the process
+    and the server share these threads."""
+    return await _blocking.run(fn, *args, **kwargs)
+
+
+async def run_user_code(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` for a sync tool or tool hook, in threads of their own: slow
+    tools filling `run_blocking`'s threads would hold back every run's commits."""
+    return await _user_code.run(fn, *args, **kwargs)

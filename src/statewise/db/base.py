@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from statewise._workers import runs_inline
+from statewise._workers import run_blocking, runs_inline
 from statewise.db.listing import SessionPage, page_of
 from statewise.db.records import (
     Commit,
@@ -28,7 +28,6 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention, plan_compaction
-from statewise.db.threads import run_blocking
 from statewise.exceptions import CorruptRecordError, InvalidIdError
 
 P = ParamSpec("P")

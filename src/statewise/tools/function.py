@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from statewise._workers import run_user_code
 from statewise.exceptions import ConfigurationError
 from statewise.models.messages import ToolDefinition
 from statewise.tools._introspect import (
@@ -30,7 +31,6 @@ from statewise.tools._introspect import (
     parse_docstring,
     split_injected,
 )
-from statewise.tools._offload import off_loop
 from statewise.tools._schema import build_arguments_model, check_parameter_kinds
 from statewise.tools.errors import ToolArgumentsError
 
@@ -261,7 +261,7 @@ class Function:
     ) -> Any:
         """Run the tool for a model's tool call.
 
-        A sync function is a blocking call (see `off_loop`): on a shared event loop (a
+        A sync function is a blocking call (see `run_user_code`): on a shared event loop (a
         server, `arun` in user code) it runs in a worker thread, so a slow or blocking
         tool never stalls other runs; the run waits for it, so nothing else touches its
         session state meanwhile. `injected` maps injectable names to values; the function
@@ -270,7 +270,7 @@ class Function:
         if self.is_async:
             result = self.invoke(arguments, injected)
         else:
-            result = await off_loop(self.invoke, arguments, injected)
+            result = await run_user_code(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
         if not isinstance(result, str) and inspect.isawaitable(result):

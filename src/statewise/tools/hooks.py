@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from statewise._workers import run_user_code
 from statewise.exceptions import ConfigurationError
 from statewise.tools._introspect import (
     INJECTABLE_NAMES,
@@ -40,7 +41,6 @@ from statewise.tools._introspect import (
     parameters_of,
     split_injected,
 )
-from statewise.tools._offload import off_loop
 from statewise.tools.function import Function
 
 _HOOK_ARGUMENTS = frozenset({"function_name", "function_call", "arguments"})
@@ -137,7 +137,7 @@ class _Chain:
         else:
             # A sync hook (and the sync chain under it) is a blocking call, like a sync
             # tool: off a shared loop's thread.
-            return await off_loop(self.call, index, arguments)
+            return await run_user_code(self.call, index, arguments)
         if inspect.isawaitable(result):
             result = await result
         return result

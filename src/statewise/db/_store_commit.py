@@ -463,14 +463,13 @@ class StoreCommits(StoreCheckout):
             return built[-1][0]
 
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
-        turn = self._turns.of(ws.spec.session_id)
         keys = ws.spec.scope_keys()
 
         def bases() -> dict[ScopeKey, int]:
             return {key: ws.versions.get(key, 0) for key in keys}
 
         for attempt in itertools.count(1):
-            if attempt > 1 or not turn.locked():
+            if attempt > 1 or not self._turns.busy(ws.spec.session_id):
                 # Nobody of this process is ahead in the queue: spread out from writers
                 # of other processes (a writer of ours waiting for its turn need not).
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))

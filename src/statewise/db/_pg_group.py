@@ -25,7 +25,7 @@ from statewise.db import _codec, _pg_text
 from statewise.db._pg_arrays import BigintArray, FloatArray, TextArray
 from statewise.db._pg_commit import PgCommitTarget, reply_result, roll_back, run_commit
 from statewise.db._pg_group_sql import commit_group_call
-from statewise.db.base import GroupEntry, GroupReads
+from statewise.db.base import GroupEntry, GroupReads, RebasedOnUnlanded
 from statewise.db.records import Commit, CommitResult, ScopeKey
 from statewise.exceptions import StorageError, VersionConflict
 
@@ -78,10 +78,11 @@ def run_group(
 ) -> list[CommitResult | Exception]:
     """`BaseDb.commit_rebased_together` (and `commit_rebased`, a group of one).
 
-    An entry whose commit lost a compare-and-swap may have lost it to the group itself
-    (it was rebased onto an entry before it whose commit id had landed already, so that
-    entry applied nothing, or which lost too): those entries go once more, under the
-    lock, rebased anew (their writers' trees and bases are where their builds left them)."""
+    The entries from the first that did not land on (its commit lost a compare-and-swap,
+    or its commit id had landed before: it applied nothing, and the server skipped the
+    ones rebased onto it) go once more, under the lock, rebased anew: asked for their
+    bases again, their writers take back what those rebases applied (see
+    `RebasedOnUnlanded`)."""
     outcomes, lost = _once(db, known, session_id, entries)
     if lost:
         again = [entries[i] for i in lost]
@@ -218,7 +219,10 @@ def _outcomes(
         if commit is None:
             continue
         reply = next(replies)
-        if reply.startswith("C"):
+        if reply == "S":
+            outcomes[index] = RebasedOnUnlanded(f"session {session_id!r} (skipped)", 0)
+            lost.append(index)
+        elif reply.startswith("C"):
             outcomes[index] = conflict_of(reply[1:])
             lost.append(index)
             clean = False

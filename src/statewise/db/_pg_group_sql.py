@@ -10,9 +10,14 @@ and one new row version for the whole group.
 Each commit keeps its own outcome, as its own `statewise_commit` call would: its reply is
 `N<result>` (applied), `R<result>` (its commit id had landed before: nothing applied) or
 `C<detail>` (a lost compare-and-swap, the detail `statewise_commit` raises with: nothing
-of it applied, and the commits after it go on). A commit's scope rows are locked and
-checked before it writes anything, so a conflict never leaves half a commit behind; a
-scope row it created to lock (a scope's first version) goes again.
+of it applied) or `S` (skipped). A commit's scope rows are locked and checked before it
+writes anything, so a conflict never leaves half a commit behind; a scope row it created
+to lock (a scope's first version) goes again.
+
+Once a commit is not applied (`C`, or `R`: what it wrote is not what the client built),
+every commit after it is skipped: each was rebased onto it on the client, as if it had
+landed, and so must not land on what did (its writer's tree holds a delta the database
+does not, even where its own compare-and-swap would pass).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ DECLARE
     v_exists boolean;
     v_last bigint;
     v_moved boolean := false;
+    v_skip boolean := false;
     w0 integer := 0;
     e0 integer := 0;
     w1 integer;
@@ -69,6 +75,13 @@ BEGIN
         n_ev := c_events[i];
         v_bad := NULL;
         v_made := '{{}}';
+        IF v_skip THEN
+            replies := replies || 'S'::text;
+            w0 := w1;
+            e0 := e0 + n_ev;
+            CONTINUE;
+        END IF;
+        v_skip := true;  -- (until it applies)
         IF c_ids[i] IS NOT NULL THEN
             INSERT INTO {s}.commits (session_id, commit_id, result, created_at)
             VALUES (p_session_id, c_ids[i], '', p_now) ON CONFLICT DO NOTHING;
@@ -174,6 +187,7 @@ BEGIN
         END IF;
         replies := replies || ('N' || v_result);
         v_moved := true;
+        v_skip := false;
         w0 := w1;
         e0 := e0 + n_ev;
     END LOOP;

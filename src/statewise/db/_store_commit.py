@@ -18,7 +18,7 @@ from statewise.db._store_checkout import (
     snapshot_due,
     unrecorded,
 )
-from statewise.db.base import ProbedTails, validate_id
+from statewise.db.base import ProbedTails, RebasedOnUnlanded, validate_id
 from statewise.db.ids import new_id
 from statewise.db.planning import (
     TEMP_PREFIX,
@@ -441,8 +441,13 @@ class StoreCommits(StoreCheckout):
         losers that all queued on the lock at once held it back to back (16 writers on one
         session: 172 runs/s without it, 191 with it, same invocation)."""
         built: list[tuple[Commit, list[dict[str, Any]]]] = []
+        # Before the last rebase, until its commit lands or loses on its own: the
+        # versions, our ops and conflicts, and the scopes it applied deltas to.
+        before: list[tuple[dict[ScopeKey, int], Any, list[Any], set[ScopeKey]]] = []
 
         def build(probed: ProbedTails) -> Commit:
+            touched = {key for key, tail in probed[2].items() if tail}
+            before[:] = [(dict(ws.versions), pending.segments, list(pending.conflicts), touched)]
             if not self._rebase(ws, pending, policy, probed) and not self._turns.busy(
                 ws.spec.session_id
             ):
@@ -466,6 +471,14 @@ class StoreCommits(StoreCheckout):
         keys = ws.spec.scope_keys()
 
         def bases() -> dict[ScopeKey, int]:
+            if before:
+                # Asked again after a rebase whose deltas may not have landed (see
+                # `RebasedOnUnlanded`): take it back; the scopes it touched reload.
+                versions, segments, conflicts, touched = before.pop()
+                ws.versions.update(versions)
+                pending.segments, pending.conflicts[:] = segments, conflicts
+                pending.undo = None
+                pending.stale |= touched
             return {key: ws.versions.get(key, 0) for key in keys}
 
         for attempt in itertools.count(1):
@@ -481,7 +494,9 @@ class StoreCommits(StoreCheckout):
                     build,
                     alone=pending.undo is None,
                 )
-            except VersionConflict:
+            except VersionConflict as exc:
+                if not isinstance(exc, RebasedOnUnlanded):
+                    before.clear()  # (it lost on its own: the rebase stands)
                 if time.monotonic() >= give_up_at:
                     raise
                 continue
@@ -506,7 +521,8 @@ class StoreCommits(StoreCheckout):
             raise StaleStateVersionError(
                 ws.spec.session_id, ws.versions.get(session_key, 0), versions[session_key]
             )
-        moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
+        moved = [k for k in keys if versions[k] != ws.versions.get(k, 0) or k in pending.stale]
+        pending.stale.clear()
         if not moved:
             return False
         if self._rebase_in_memory(ws, pending, moved, versions, tails):

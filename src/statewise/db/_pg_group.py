@@ -114,7 +114,7 @@ def _once(
             if conn.broken or conn.closed:
                 # It landed whole or not at all: each commit's id tells which.
                 return _resend(db, commits, outcomes), []
-            raise _failure(session_id, exc) from exc
+            return _failed(session_id, exc, commits, outcomes), []
     return _outcomes(known, session_id, reads, commits, outcomes, row, now, True)
 
 
@@ -169,6 +169,8 @@ def _locked(
                         return _resend(db, commits, outcomes), []
                     if attempt < attempts:
                         continue  # it died before anything was built: on a fresh one
+                if commits:
+                    return _failed(session_id, exc, commits, outcomes), []
                 raise _failure(session_id, exc) from exc
         if row is None:
             return outcomes, []
@@ -247,6 +249,27 @@ def _failure(session_id: str, exc: psycopg.Error) -> Exception:
     return StorageError(f"PostgreSQL commit of session {session_id!r} failed: {exc}")
 
 
+def _failed(
+    session_id: str,
+    exc: psycopg.Error,
+    commits: list[Commit | None],
+    outcomes: list[CommitResult | Exception],
+) -> list[CommitResult | Exception]:
+    """The group's statement failed, nothing of it landed: the first commit sent fails
+    with what that means, the ones rebased onto it are `RebasedOnUnlanded` (when it means
+    losing a race) or fail alike."""
+    failure = _failure(session_id, exc)
+    first = True
+    for index, commit in enumerate(commits):
+        if commit is not None:
+            if isinstance(failure, VersionConflict) and not first:
+                outcomes[index] = RebasedOnUnlanded(failure.scope, 0)
+            else:
+                outcomes[index] = failure
+            first = False
+    return outcomes
+
+
 def _resend(
     db: PgCommitTarget,
     commits: list[Commit | None],
@@ -254,16 +277,21 @@ def _resend(
 ) -> list[CommitResult | Exception]:
     """After the group's connection died with it in flight: it landed whole or not at
     all, so each commit is sent again on its own, in order (its id answers it if the
-    group landed; if not, the ones before it land first, as its base has them)."""
+    group landed; if not, the ones before it land first, as its base has them), until
+    one does not land."""
     recovered: list[CommitResult | Exception] = []
+    lost = False
     for commit, outcome in zip(commits, outcomes, strict=True):
         if commit is None:
             recovered.append(outcome)
-            continue
-        try:
-            recovered.append(run_commit(db, commit))
-        except Exception as exc:
-            recovered.append(exc)
+        elif lost:  # (rebased onto one that did not land: not sent, see `RebasedOnUnlanded`)
+            recovered.append(RebasedOnUnlanded(f"session {commit.session.session_id!r}", 0))
+        else:
+            try:
+                recovered.append(run_commit(db, commit))
+            except Exception as exc:
+                recovered.append(exc)
+                lost = True
     return recovered
 
 

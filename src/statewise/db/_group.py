@@ -117,10 +117,15 @@ class SessionTurns:
     @staticmethod
     def _land(db: BaseDb, session_id: str, group: list[_Entry]) -> None:
         try:
-            # (a group of one too: a backend may ask an entry for its bases again)
-            outcomes: list[CommitResult | Exception] = db.commit_rebased_together(
-                session_id, [(e.bases_of, e.build) for e in group]
-            )
+            if len(group) == 1:
+                (only,) = group
+                outcomes: list[CommitResult | Exception] = [
+                    db.commit_rebased(session_id, only.bases_of(), only.build)
+                ]
+            else:
+                outcomes = db.commit_rebased_together(
+                    session_id, [(e.bases_of, e.build) for e in group]
+                )
         except Exception as exc:
             outcomes = [exc] * len(group)
         for entry, outcome in zip(group, outcomes, strict=True):

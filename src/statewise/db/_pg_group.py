@@ -29,8 +29,9 @@ from statewise.db.base import GroupEntry, GroupReads, RebasedOnUnlanded
 from statewise.db.records import Commit, CommitResult, ScopeKey
 from statewise.exceptions import StorageError, VersionConflict
 
-KEPT_DELTAS = 128  # per scope, the newest deltas a session's last group leaves known
-KEPT_SESSIONS = 1024  # sessions whose last group is known, then all forgotten at once
+KEPT_DELTAS = 64  # per scope, the newest deltas a session's last group leaves known
+KEPT_BYTES = 1 << 20  # per session at most (their stored size), else nothing is kept
+KEPT_SESSIONS = 256  # sessions whose last group is known, then all forgotten at once
 
 
 class KnownLanded:
@@ -50,9 +51,13 @@ class KnownLanded:
             return self._known.pop(session_id, (None, False))
 
     def keep(self, session_id: str, reads: GroupReads, trusted: bool) -> None:
+        size = 0
         for key, deltas in reads.landed.items():
             if len(deltas) > KEPT_DELTAS:
-                reads.landed[key] = deltas[-KEPT_DELTAS:]
+                reads.landed[key] = deltas = deltas[-KEPT_DELTAS:]
+            size += sum(d.stored_bytes or 0 for d in deltas)
+        if size > KEPT_BYTES:
+            return  # (large deltas: the next group reads what it needs under the lock)
         with self._guard:
             if len(self._known) >= KEPT_SESSIONS:
                 self._known.clear()

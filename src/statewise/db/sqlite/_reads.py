@@ -22,7 +22,13 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
-from statewise.db.sqlite._schema import DELTA_REFERENCE, SqliteBase, listed
+from statewise.db.sqlite._schema import (
+    DELTA_REFERENCE,
+    EVENT_KEYS,
+    SqliteBase,
+    event_key,
+    listed,
+)
 from statewise.exceptions import (
     CorruptRecordError,
 )
@@ -39,6 +45,17 @@ def _probe_sql(p: str, scopes: int) -> str:
         f"SELECT s.session_id, s.user_id, s.app_name, s.kind, s.created_at, s.updated_at, "
         f"s.last_seq, s.metadata{versions} FROM (SELECT ? AS id) AS wanted "
         f"LEFT JOIN {p}sessions AS s ON s.session_id = wanted.id"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _events_sql(p: str) -> str:
+    """A session's events between two sequence numbers: a range of the events table's own
+    keys (see `event_key`), found from the session's key."""
+    key = f"(SELECT session_key FROM {p}sessions WHERE session_id = ?)"
+    return (
+        f"SELECT seq, run_id, type, data, created_at FROM {p}events "
+        f"WHERE event_key BETWEEN {event_key(key, '?')} AND {event_key(key, '?')}"
     )
 
 
@@ -168,17 +185,11 @@ class SqliteReads(SqliteBase):
         types: Sequence[str] | None = None,
         run_id: str | None = None,
     ) -> list[EventRecord]:
-        sql = (
-            f"SELECT seq, run_id, type, data, created_at FROM {self.table_prefix}events "
-            f"WHERE session_id = ?"
-        )
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND seq > ?"
-            params.append(after)
-        if before is not None:
-            sql += " AND seq < ?"
-            params.append(before)
+        sql = _events_sql(self.table_prefix)
+        # (clamped into the session's own range of event keys)
+        low = 0 if after is None else min(max(after + 1, 0), EVENT_KEYS)
+        high = EVENT_KEYS - 1 if before is None else min(max(before - 1, -1), EVENT_KEYS - 1)
+        params: list[Any] = [session_id, low, session_id, high]
         if types:
             sql += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
@@ -186,7 +197,7 @@ class SqliteReads(SqliteBase):
             sql += " AND run_id = ?"
             params.append(run_id)
         newest_first = limit is not None and after is None
-        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
+        sql += " ORDER BY event_key DESC" if newest_first else " ORDER BY event_key"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise._workers import Workers
-from statewise.db import _codec, _sqlite_retention
+from statewise.db import _codec
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
@@ -229,10 +229,90 @@ def _migrations(p: str) -> list[str]:
         f"""
         ALTER TABLE {p}sessions ADD COLUMN listed_at INTEGER NOT NULL DEFAULT 0;
         UPDATE {p}sessions SET listed_at = {listed("updated_at")};
+        DROP INDEX IF EXISTS {p}sessions_of_user;
+        """
+        + _session_listing(p),
+        # 9: each compacted session's retained horizon (see `statewise.db.retention`), in a
+        # table of its own (not a column of `sessions`), so the commit path, which never
+        # reads a horizon, writes no wider a row.
+        f"""
+        CREATE TABLE IF NOT EXISTS {p}horizons (
+            session_id TEXT PRIMARY KEY,
+            version INTEGER NOT NULL,
+            before REAL NOT NULL,
+            ids_before REAL NOT NULL
+        ) WITHOUT ROWID;
+        """,
+        # 10: every commit id in `commits`, and events kept in the order they are read.
+        # Each session gets a small integer key of its own (`session_key`, its old rowid,
+        # now an INTEGER PRIMARY KEY so VACUUM keeps it), and an event's rowid is
+        # `event_key(session_key, seq)`: the table is itself ordered by session and
+        # sequence number, so a commit writes its events into one b-tree, not a table and
+        # a unique index on (session_id, seq). Ids kept in their last event's row (schema
+        # 7) move into `commits`, where every id is found by one lookup; the session row no
+        # longer keeps the greatest. A statewise that looks ids up in event rows, or
+        # events up by that index, must refuse the database.
+        f"""
+        CREATE TABLE {p}sessions_keyed (
+            session_key INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            user_id TEXT,
+            app_name TEXT,
+            kind TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            listed_at INTEGER NOT NULL DEFAULT 0
+        );
+        INSERT INTO {p}sessions_keyed (session_key, session_id, user_id, app_name, kind,
+            created_at, updated_at, last_seq, metadata, listed_at)
+            SELECT rowid, session_id, user_id, app_name, kind, created_at, updated_at,
+                last_seq, metadata, listed_at FROM {p}sessions ORDER BY rowid;
+        INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at)
+            SELECT session_id, commit_id, commit_result, created_at FROM {p}events
+            WHERE commit_id IS NOT NULL;
+        CREATE TABLE {p}events_keyed (
+            event_key INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        INSERT INTO {p}events_keyed (event_key, session_id, seq, run_id, type, data,
+            created_at)
+            SELECT {event_key("s.session_key", "e.seq")}, e.session_id, e.seq, e.run_id,
+                e.type, e.data, e.created_at
+            FROM {p}events AS e JOIN {p}sessions_keyed AS s ON s.session_id = e.session_id
+            ORDER BY 1;
+        DROP TABLE {p}events;
+        ALTER TABLE {p}events_keyed RENAME TO {p}events;
+        DROP TABLE {p}sessions;
+        ALTER TABLE {p}sessions_keyed RENAME TO {p}sessions;
+        """
+        + _session_listing(p),
+    ]
+
+
+EVENT_KEYS = 1 << 32
+"""Sequence numbers a session's events can take: session k's events have rowids
+`k * EVENT_KEYS + seq` (see `event_key`)."""
+
+
+def event_key(session_key: str, seq: str) -> str:
+    """SQL of the rowid of the event `seq` (an SQL expression) of the session whose key is
+    `session_key` (another)."""
+    return f"({session_key} * {EVENT_KEYS} + {seq})"
+
+
+def _session_listing(p: str) -> str:
+    """The indexes and triggers that keep sessions listed (see migration 8)."""
+    return f"""
         CREATE INDEX {p}sessions_listed ON {p}sessions (listed_at DESC, session_id);
         CREATE INDEX {p}sessions_of_user_listed
             ON {p}sessions (user_id, listed_at DESC, session_id);
-        DROP INDEX IF EXISTS {p}sessions_of_user;
         CREATE TRIGGER {p}sessions_listed_on_insert AFTER INSERT ON {p}sessions
             WHEN NEW.listed_at != {listed("NEW.updated_at")}
         BEGIN
@@ -245,10 +325,7 @@ def _migrations(p: str) -> list[str]:
             UPDATE {p}sessions SET listed_at = {listed("NEW.updated_at")}
                 WHERE rowid = NEW.rowid;
         END;
-        """,
-        # 9: each compacted session's retained horizon (see `statewise.db.retention`).
-        _sqlite_retention.migration(p),
-    ]
+        """
 
 
 def listed(updated_at: str) -> str:
@@ -331,7 +408,6 @@ class SqliteBase(BaseDb):
         self._thread: Workers | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
-        self._last_seqs: dict[str, int] = {}
         if self.db_file != ":memory:":
             self._prepare_path(Path(self.db_file))
         self._migrate()

@@ -1,6 +1,5 @@
 """SQLite's side of a compaction (see `statewise.db.retention`): the statements that
-apply a planned compaction inside the caller's write transaction, and the schema that
-records each session's horizon."""
+apply a planned compaction inside the caller's write transaction."""
 
 from __future__ import annotations
 
@@ -14,25 +13,9 @@ from statewise.db.retention import (
     Horizon,
     forgets,
 )
+from statewise.db.sqlite._schema import DELTA_REFERENCE, EVENT_KEYS
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
-
-DELTA_REFERENCE = "@"
-"""How SQLite stores a `state_delta` event that refers to its delta (`sqlite._event_text`;
-the two must agree, a test checks)."""
-
-
-def migration(p: str) -> str:
-    """A table of its own (not a column of `sessions`), so the commit path, which never
-    reads a horizon, writes no wider a row."""
-    return f"""
-        CREATE TABLE IF NOT EXISTS {p}horizons (
-            session_id TEXT PRIMARY KEY,
-            version INTEGER NOT NULL,
-            before REAL NOT NULL,
-            ids_before REAL NOT NULL
-        ) WITHOUT ROWID;
-        """
 
 
 def read_horizon(conn: sqlite3.Connection, p: str, session_id: str) -> Horizon:
@@ -49,25 +32,21 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     new = plan.new
     if read_horizon(conn, p, sid) != plan.old:
         return None
-    if conn.execute(f"SELECT 1 FROM {p}sessions WHERE session_id = ?", (sid,)).fetchone() is None:
+    row = conn.execute(f"SELECT session_key FROM {p}sessions WHERE session_id = ?", (sid,))
+    found = row.fetchone()
+    if found is None:
         return None
+    # The session's events are the rowids of this range (see `event_key`).
+    events = (found[0] * EVENT_KEYS, found[0] * EVENT_KEYS + EVENT_KEYS - 1)
     out = Compaction(session_id=sid, horizon=new)
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
-        _inline_kept_references(conn, p, sid, new, live_runs)
+        _inline_kept_references(conn, p, sid, events, new, live_runs)
         _fold(conn, p, sid, new.version, plan.snapshot, out)
-    removed_events = (
-        f"session_id = ? AND created_at <= ? AND (run_id IS NULL OR run_id NOT IN ({live_runs}))"
-    )
-    # Ids held in rows of events that go move to `commits` (and go below if old enough).
-    conn.execute(
-        f"INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at) "
-        f"SELECT session_id, commit_id, commit_result, created_at FROM {p}events "
-        f"WHERE {removed_events} AND commit_id IS NOT NULL",
-        (sid, new.before, sid),
-    )
     out.events = conn.execute(
-        f"DELETE FROM {p}events WHERE {removed_events}", (sid, new.before, sid)
+        f"DELETE FROM {p}events WHERE event_key BETWEEN ? AND ? AND created_at <= ? "
+        f"AND (run_id IS NULL OR run_id NOT IN ({live_runs}))",
+        (*events, new.before, sid),
     ).rowcount
     out.runs = conn.execute(
         f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
@@ -99,25 +78,30 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
 
 
 def _inline_kept_references(
-    conn: sqlite3.Connection, p: str, sid: str, new: Horizon, live_runs: str
+    conn: sqlite3.Connection,
+    p: str,
+    sid: str,
+    events: tuple[int, int],
+    new: Horizon,
+    live_runs: str,
 ) -> None:
     """A kept `state_delta` event stored as a reference to a delta the fold deletes (a
     live run's, older than the horizon) gets the delta's segments written into it."""
     rows = conn.execute(
-        f"SELECT e.rowid, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
+        f"SELECT e.event_key, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
         f"ON d.kind = 'session' AND d.scope_id = ? "
         f"AND d.version = json_extract(substr(e.data, 2), '$.version') "
-        f"WHERE e.session_id = ? AND e.type = 'state_delta' AND e.data LIKE ? "
+        f"WHERE e.event_key BETWEEN ? AND ? AND e.type = 'state_delta' AND e.data LIKE ? "
         f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
         f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
         f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
-        (sid, sid, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+        (sid, *events, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
     ).fetchall()
-    for rowid, data, segments in rows:
+    for key, data, segments in rows:
         inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
         inlined["segments"] = _codec.loads(segments)
         conn.execute(
-            f"UPDATE {p}events SET data = ? WHERE rowid = ?", (_codec.dumps(inlined), rowid)
+            f"UPDATE {p}events SET data = ? WHERE event_key = ?", (_codec.dumps(inlined), key)
         )
 
 

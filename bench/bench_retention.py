@@ -57,7 +57,7 @@ def _sqlite_bytes(db: Any) -> int:
     by_session = ["events", "runs", "commits"]
     total = sum(
         conn.execute(
-            f"SELECT coalesce(sum(length(data) + coalesce(length(commit_result), 0)), 0) "
+            f"SELECT coalesce(sum(length(data)), 0) "
             f"FROM {p}events WHERE session_id = ?"
             if table == "events"
             else f"SELECT coalesce(sum(length(messages) + length(metrics) + "

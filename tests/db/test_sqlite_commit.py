@@ -2,7 +2,7 @@
 snapshot, a big tool result) go through statements of their own (`sqlite._insert_rows`)
 and must land exactly like small rows, in order, with nothing extra inserted; a commit id
 that landed before applies nothing again; a `state_delta` event refers to its delta
-instead of copying it."""
+instead of copying it; every commit id is stored in one place."""
 
 from __future__ import annotations
 
@@ -230,32 +230,27 @@ def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path:
     assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data
 
 
-def test_a_commit_id_is_stored_in_its_last_event_not_a_row_of_its_own(tmp_path: Path) -> None:
-    """A commit with events keeps its id in its last event's row (one page fewer to write
-    and sync per commit than a `commits` row); the session row keeps the greatest id, so a
-    new one needs no lookup."""
+def test_every_commit_id_is_stored_in_commits_with_its_result(tmp_path: Path) -> None:
+    """One place for commit ids: a row of `commits` per commit, holding the result a retry
+    is answered with (its last sequence number first)."""
     db_file = tmp_path / "s.db"
     agent = make_agent(db_file)
     agent.run("a", session_id="s")
     agent.run("b", session_id="s")
-    assert row_count(db_file, "commits") == 0
     with sqlite3.connect(db_file) as conn:
         stored = conn.execute(
-            "SELECT seq, commit_id, commit_result FROM statewise_events "
-            "WHERE commit_id IS NOT NULL ORDER BY seq"
+            "SELECT commit_id, result FROM statewise_commits ORDER BY commit_id"
         ).fetchall()
-        greatest = conn.execute("SELECT max_commit FROM statewise_sessions").fetchone()[0]
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(statewise_events)")]
     assert len(stored) == 6  # three commits per run
-    ids = [commit_id for _seq, commit_id, _result in stored]
-    assert ids == sorted(ids) and greatest == ids[-1]
-    for seq, _commit_id, result in stored:
-        assert int(result.split("|")[0]) == seq  # the commit's last event
+    assert "commit_id" not in columns
+    last_seqs = [int(result.split("|")[0]) for _commit_id, result in stored]
+    assert last_seqs == sorted(last_seqs) and last_seqs[-1] == len(SqliteDb(db_file).read_events("s"))
 
 
 def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> None:
-    """An id not greater than every id landed before it (ids chosen by a caller) is
-    looked up before it lands, and stored in `commits`; every id, stored either way, is
-    recognised on a retry, however many commits landed after it."""
+    """An id not greater than the ids landed before it (ids chosen by a caller) is
+    recognised on a retry like any other, however many commits landed after it."""
     db = SqliteDb(db_file=tmp_path / "s.db")
     store = StateStore(db)
     spec = SessionSpec(session_id="s")
@@ -280,13 +275,4 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
     assert db.read_events("s") == events_before
     state, _version = store.read_state(spec)
     assert {k: state[k] for k in landed} == {k: n for n, k in enumerate(landed)}
-    with sqlite3.connect(tmp_path / "s.db") as conn:
-        in_commits = {row[0] for row in conn.execute("SELECT commit_id FROM statewise_commits")}
-        in_events = {
-            row[0]
-            for row in conn.execute(
-                "SELECT commit_id FROM statewise_events WHERE commit_id IS NOT NULL"
-            )
-        }
-    assert {"m", "x", "y", "z"} <= in_events and {"c", "a", "b"} <= in_commits
-    assert not in_commits & in_events and len(in_commits | in_events) == 27
+    assert row_count(tmp_path / "s.db", "commits") == 27

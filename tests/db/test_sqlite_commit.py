@@ -245,9 +245,8 @@ def test_every_commit_id_is_stored_in_commits_with_its_result(tmp_path: Path) ->
     assert len(stored) == 6  # three commits per run
     assert "commit_id" not in columns
     last_seqs = [int(result.split("|")[0]) for _commit_id, result in stored]
-    assert last_seqs == sorted(last_seqs) and last_seqs[-1] == len(
-        SqliteDb(db_file).read_events("s")
-    )
+    events = SqliteDb(db_file=db_file).read_events("s")
+    assert last_seqs == sorted(last_seqs) and last_seqs[-1] == len(events)
 
 
 def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> None:

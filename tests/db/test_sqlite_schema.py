@@ -342,5 +342,5 @@ def test_a_schema_9_database_migrates_and_reads_the_same(tmp_path: Path) -> None
         assert agent.get_session_state("s3")["n"] == expected["states"]["s3"]["n"]
     finally:
         db.close()
-    with SqliteDb(db_file=target) as again:  # opening it again migrates nothing
-        assert [s.session_id for s in again.list_sessions(limit=1)] == ["s3"]
+    with SqliteDb(db_file=target) as reopened:  # opening it again migrates nothing
+        assert [s.session_id for s in reopened.list_sessions(limit=1)] == ["s3"]

@@ -123,11 +123,12 @@ def test_a_new_database_keeps_large_payloads_in_rowid_tables(tmp_path: Path) -> 
     sql = table_sql(tmp_path / "new.db")
     for table in LARGE_PAYLOAD_TABLES:
         assert "WITHOUT ROWID" not in sql[f"t_{table}"]
-    for table in ("snapshots", "deltas"):
-        assert "UNIQUE INDEX" in sql[f"t_{table}_by_key"]
-    # Events are keyed by their rowid (session key and sequence number): no second b-tree.
+    assert "UNIQUE INDEX" in sql["t_snapshots_by_key"]
+    # Events and deltas are keyed by their rowid (their session's or scope's key, and
+    # their sequence number or version): no second b-tree.
     assert "event_key INTEGER PRIMARY KEY" in sql["t_events"]
-    assert not [name for name in sql if name.startswith("t_events_")]
+    assert "delta_key INTEGER PRIMARY KEY" in sql["t_deltas"]
+    assert not [name for name in sql if name.startswith(("t_events_", "t_deltas_"))]
 
 
 def session_indexes(db_file: Path, prefix: str = "statewise_") -> dict[str, list[str]]:

@@ -28,7 +28,7 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.sqlite._reads import SqliteReads
-from statewise.db.sqlite._schema import EVENT_KEYS, event_text
+from statewise.db.sqlite._schema import KEY_SPAN, event_text
 from statewise.exceptions import (
     DatabaseUnavailableError,
     StorageError,
@@ -315,10 +315,10 @@ class SqliteCommits(SqliteReads):
                 )
             updated = conn.execute(
                 f"UPDATE {p}scopes SET version = ?, tail_bytes = tail_bytes + ?, updated_at = ? "
-                f"WHERE kind = ? AND scope_id = ? AND version = ?",
+                f"WHERE kind = ? AND scope_id = ? AND version = ? RETURNING scope_key",
                 (new_version, write.delta_bytes, now, key.kind, key.id, write.base_version),
-            ).rowcount
-            if updated != 1:
+            ).fetchone()
+            if updated is None:
                 actual = conn.execute(
                     f"SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?",
                     (key.kind, key.id),
@@ -327,10 +327,11 @@ class SqliteCommits(SqliteReads):
             large += _insert_rows(
                 conn,
                 f"{p}deltas",
-                "kind, scope_id, version, session_id, run_id, step, segments, conflicts, "
-                "created_at",
+                "delta_key, kind, scope_id, version, session_id, run_id, step, segments, "
+                "conflicts, created_at",
                 [
                     (
+                        updated[0] * KEY_SPAN + new_version,
                         key.kind,
                         key.id,
                         new_version,
@@ -342,8 +343,8 @@ class SqliteCommits(SqliteReads):
                         now,
                     )
                 ],
-                (6, 7),
-                (7,),
+                (7, 8),
+                (8,),
             )
             text = write.snapshot_text
             if text is not None:
@@ -356,12 +357,12 @@ class SqliteCommits(SqliteReads):
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-                    f"tail_bytes = 0 WHERE kind = ? AND scope_id = ?",
-                    (new_version, len(text), key.kind, key.id),
+                    f"tail_bytes = 0 WHERE scope_key = ?",
+                    (new_version, len(text), updated[0]),
                 )
         first_seq = last_seq - n_events + 1
         if commit.events:
-            first_key = session_key * EVENT_KEYS + first_seq
+            first_key = session_key * KEY_SPAN + first_seq
             rows: list[tuple[Any, ...]] = [
                 (
                     first_key + i,

@@ -13,7 +13,7 @@ from statewise.db.retention import (
     Horizon,
     forgets,
 )
-from statewise.db.sqlite._schema import DELTA_REFERENCE, EVENT_KEYS
+from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, row_key
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
 
@@ -36,8 +36,8 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     found = row.fetchone()
     if found is None:
         return None
-    # The session's events are the rowids of this range (see `event_key`).
-    events = (found[0] * EVENT_KEYS, found[0] * EVENT_KEYS + EVENT_KEYS - 1)
+    # The session's events are the rowids of this range (see `row_key`).
+    events = (found[0] * KEY_SPAN, found[0] * KEY_SPAN + KEY_SPAN - 1)
     out = Compaction(session_id=sid, horizon=new)
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
@@ -87,15 +87,17 @@ def _inline_kept_references(
 ) -> None:
     """A kept `state_delta` event stored as a reference to a delta the fold deletes (a
     live run's, older than the horizon) gets the delta's segments written into it."""
+    scope = f"(SELECT scope_key FROM {p}scopes WHERE kind = 'session' AND scope_id = ?)"
+    delta = row_key(scope, "json_extract(substr(e.data, 2), '$.version')")
     rows = conn.execute(
         f"SELECT e.event_key, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
-        f"ON d.kind = 'session' AND d.scope_id = ? "
-        f"AND d.version = json_extract(substr(e.data, 2), '$.version') "
+        f"ON d.delta_key = {delta} "
+        f"AND d.kind = 'session' AND d.scope_id = ? "
         f"WHERE e.event_key BETWEEN ? AND ? AND e.type = 'state_delta' AND e.data LIKE ? "
         f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
         f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
         f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
-        (sid, *events, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+        (sid, sid, *events, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
     ).fetchall()
     for key, data, segments in rows:
         inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
@@ -110,19 +112,24 @@ def _fold(
 ) -> None:
     """Make the snapshot at `version` the scope's base and delete what it replaces."""
     scope = "kind = 'session' AND scope_id = ?"
-    row = conn.execute(f"SELECT snapshot_version FROM {p}scopes WHERE {scope}", (sid,)).fetchone()
+    row = conn.execute(
+        f"SELECT scope_key, snapshot_version FROM {p}scopes WHERE {scope}", (sid,)
+    ).fetchone()
     if row is None:
         return
-    if row[0] < version:
+    scope_key, snapshot_version = row
+    # The scope's deltas are the rowids of its range (see `row_key`).
+    first = scope_key * KEY_SPAN
+    if snapshot_version < version:
         folded = conn.execute(
             f"SELECT coalesce(sum(length(segments)), 0) FROM {p}deltas "
-            f"WHERE {scope} AND version > ? AND version <= ?",
-            (sid, row[0], version),
+            f"WHERE delta_key BETWEEN ? AND ?",
+            (first + snapshot_version + 1, first + version),
         ).fetchone()[0]
         conn.execute(
             f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-            f"tail_bytes = max(0, tail_bytes - ?) WHERE {scope}",
-            (version, len(snapshot), folded, sid),
+            f"tail_bytes = max(0, tail_bytes - ?) WHERE scope_key = ?",
+            (version, len(snapshot), folded, scope_key),
         )
     conn.execute(
         f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES ('session', ?, ?, ?) "
@@ -130,7 +137,7 @@ def _fold(
         (sid, version, snapshot),
     )
     out.deltas = conn.execute(
-        f"DELETE FROM {p}deltas WHERE {scope} AND version <= ?", (sid, version)
+        f"DELETE FROM {p}deltas WHERE delta_key BETWEEN ? AND ?", (first, first + version)
     ).rowcount
     out.snapshots = conn.execute(
         f"DELETE FROM {p}snapshots WHERE {scope} AND version < ?", (sid, version)

@@ -243,15 +243,16 @@ def _migrations(p: str) -> list[str]:
             ids_before REAL NOT NULL
         ) WITHOUT ROWID;
         """,
-        # 10: every commit id in `commits`, and events kept in the order they are read.
-        # Each session gets a small integer key of its own (`session_key`, its old rowid,
-        # now an INTEGER PRIMARY KEY so VACUUM keeps it), and an event's rowid is
-        # `event_key(session_key, seq)`: the table is itself ordered by session and
-        # sequence number, so a commit writes its events into one b-tree, not a table and
-        # a unique index on (session_id, seq). Ids kept in their last event's row (schema
-        # 7) move into `commits`, where every id is found by one lookup; the session row no
-        # longer keeps the greatest. A statewise that looks ids up in event rows, or
-        # events up by that index, must refuse the database.
+        # 10: every commit id in `commits`; events and deltas kept in the order they are
+        # read. Each session and each scope gets a small integer key of its own
+        # (`session_key`, `scope_key`: INTEGER PRIMARY KEYs, which VACUUM keeps), and an
+        # event's rowid is `row_key(session_key, seq)`, a delta's `row_key(scope_key,
+        # version)`: each table is itself ordered as it is read, so a commit writes its
+        # events, and its deltas, into one b-tree each instead of a table and a unique
+        # index on (session_id, seq) or (kind, scope_id, version). Ids kept in their last
+        # event's row (schema 7) move into `commits`, where every id is found by one
+        # lookup; the session row no longer keeps the greatest. A statewise that looks ids
+        # up in event rows, or rows up by those indexes, must refuse the database.
         f"""
         CREATE TABLE {p}sessions_keyed (
             session_key INTEGER PRIMARY KEY,
@@ -283,7 +284,7 @@ def _migrations(p: str) -> list[str]:
         );
         INSERT INTO {p}events_keyed (event_key, session_id, seq, run_id, type, data,
             created_at)
-            SELECT {event_key("s.session_key", "e.seq")}, e.session_id, e.seq, e.run_id,
+            SELECT {row_key("s.session_key", "e.seq")}, e.session_id, e.seq, e.run_id,
                 e.type, e.data, e.created_at
             FROM {p}events AS e JOIN {p}sessions_keyed AS s ON s.session_id = e.session_id
             ORDER BY 1;
@@ -291,20 +292,59 @@ def _migrations(p: str) -> list[str]:
         ALTER TABLE {p}events_keyed RENAME TO {p}events;
         DROP TABLE {p}sessions;
         ALTER TABLE {p}sessions_keyed RENAME TO {p}sessions;
+        CREATE TABLE {p}scopes_keyed (
+            scope_key INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            snapshot_version INTEGER NOT NULL DEFAULT 0,
+            snapshot_bytes INTEGER NOT NULL DEFAULT 0,
+            tail_bytes INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL NOT NULL,
+            UNIQUE (kind, scope_id)
+        );
+        INSERT INTO {p}scopes_keyed (kind, scope_id, version, snapshot_version,
+            snapshot_bytes, tail_bytes, updated_at)
+            SELECT kind, scope_id, version, snapshot_version, snapshot_bytes, tail_bytes,
+                updated_at FROM {p}scopes ORDER BY kind, scope_id;
+        CREATE TABLE {p}deltas_keyed (
+            delta_key INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            session_id TEXT,
+            run_id TEXT,
+            step INTEGER,
+            segments TEXT NOT NULL,
+            conflicts TEXT,
+            created_at REAL NOT NULL
+        );
+        INSERT INTO {p}deltas_keyed (delta_key, kind, scope_id, version, session_id, run_id,
+            step, segments, conflicts, created_at)
+            SELECT {row_key("s.scope_key", "d.version")}, d.kind, d.scope_id, d.version,
+                d.session_id, d.run_id, d.step, d.segments, d.conflicts, d.created_at
+            FROM {p}deltas AS d JOIN {p}scopes_keyed AS s
+                ON s.kind = d.kind AND s.scope_id = d.scope_id
+            ORDER BY 1;
+        DROP TABLE {p}deltas;
+        ALTER TABLE {p}deltas_keyed RENAME TO {p}deltas;
+        DROP TABLE {p}scopes;
+        ALTER TABLE {p}scopes_keyed RENAME TO {p}scopes;
         """
         + _session_listing(p),
     ]
 
 
-EVENT_KEYS = 1 << 32
-"""Sequence numbers a session's events can take: session k's events have rowids
-`k * EVENT_KEYS + seq` (see `event_key`)."""
+KEY_SPAN = 1 << 32
+"""Rows one owner's range of rowids holds: session k's event `seq` has the rowid
+`k * KEY_SPAN + seq`, scope k's delta at `version` the rowid `k * KEY_SPAN + version`
+(see `row_key`)."""
 
 
-def event_key(session_key: str, seq: str) -> str:
-    """SQL of the rowid of the event `seq` (an SQL expression) of the session whose key is
-    `session_key` (another)."""
-    return f"({session_key} * {EVENT_KEYS} + {seq})"
+def row_key(owner_key: str, n: str) -> str:
+    """SQL of the rowid of row `n` (an event's sequence number, a delta's version; an SQL
+    expression) of the session or scope whose key is `owner_key` (another)."""
+    return f"({owner_key} * {KEY_SPAN} + {n})"
 
 
 def _session_listing(p: str) -> str:

@@ -27,7 +27,7 @@ from statewise.db.retention import (
 )
 from statewise.db.sqlite import _retention
 from statewise.db.sqlite._leases import SqliteLeases
-from statewise.db.sqlite._schema import EVENT_KEYS, event_key, listed
+from statewise.db.sqlite._schema import KEY_SPAN, listed, row_key
 from statewise.exceptions import (
     StorageError,
 )
@@ -51,17 +51,23 @@ class SqliteSessions(SqliteLeases):
         keys = conn.execute(
             f"DELETE FROM {p}sessions WHERE session_id IN ({marks}) RETURNING session_key", ids
         ).fetchall()
-        conn.executemany(
-            f"DELETE FROM {p}events WHERE event_key BETWEEN {event_key('?', '0')} "
-            f"AND {event_key('?', str(EVENT_KEYS - 1))}",
-            [(key, key) for (key,) in keys],
-        )
+        scope_keys = conn.execute(
+            f"DELETE FROM {p}scopes WHERE kind = 'session' AND scope_id IN ({marks}) "
+            f"RETURNING scope_key",
+            ids,
+        ).fetchall()
+        # Each session's events, and its scope's deltas, are a range of rowids (`row_key`).
+        whole_range = f"BETWEEN {row_key('?', '0')} AND {row_key('?', str(KEY_SPAN - 1))}"
+        for table, owners in (("events", keys), ("deltas", scope_keys)):
+            conn.executemany(
+                f"DELETE FROM {p}{table} WHERE {table[:-1]}_key {whole_range}",
+                [(key, key) for (key,) in owners],
+            )
         for table in ("runs", "commits", "run_leases", "horizons"):
             conn.execute(f"DELETE FROM {p}{table} WHERE session_id IN ({marks})", ids)
-        for table in ("deltas", "snapshots", "scopes"):
-            conn.execute(
-                f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id IN ({marks})", ids
-            )
+        conn.execute(
+            f"DELETE FROM {p}snapshots WHERE kind = 'session' AND scope_id IN ({marks})", ids
+        )
         return len(keys)
 
     def read_horizon(self, session_id: str) -> Horizon:
@@ -140,13 +146,23 @@ class SqliteSessions(SqliteLeases):
                 raise StorageError(
                     f"cannot import session {session.session_id!r}: it already exists"
                 ) from exc
-            version = 0
-            for delta in deltas:
-                version = max(version, delta.version)
-                conn.execute(
-                    f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, "
-                    f"step, segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            if deltas:
+                (scope_key,) = conn.execute(
+                    f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
+                    f"VALUES ('session', ?, ?, ?) RETURNING scope_key",
                     (
+                        session.session_id,
+                        max(delta.version for delta in deltas),
+                        session.updated_at,
+                    ),
+                ).fetchone()
+            for delta in deltas:
+                conn.execute(
+                    f"INSERT INTO {p}deltas (delta_key, kind, scope_id, version, session_id, "
+                    f"run_id, step, segments, conflicts, created_at) "
+                    f"VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        scope_key * KEY_SPAN + delta.version,
                         "session",
                         session.session_id,
                         delta.version,
@@ -158,18 +174,12 @@ class SqliteSessions(SqliteLeases):
                         delta.created_at,
                     ),
                 )
-            if deltas:
-                conn.execute(
-                    f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
-                    f"VALUES ('session', ?, ?, ?)",
-                    (session.session_id, version, session.updated_at),
-                )
             conn.executemany(
                 f"INSERT INTO {p}events (event_key, session_id, seq, run_id, type, data, "
                 f"created_at) VALUES (?,?,?,?,?,?,?)",
                 [
                     (
-                        session_key * EVENT_KEYS + e.seq,
+                        session_key * KEY_SPAN + e.seq,
                         session.session_id,
                         e.seq,
                         e.run_id,

@@ -104,7 +104,7 @@ def _insert_sql(
 
     At the positions in `absent` the rows give '' for NULL, which the INSERT turns back:
     the sqlite3 module binds None through its adapter lookup, far slower than a string,
-    and most events carry no commit id."""
+    and most deltas carry no conflicts."""
     marks = ",".join("NULLIF(?, '')" if i in absent else "?" for i in range(width))
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({marks})",

@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.fernet import Fernet
 
 from statewise import Agent
@@ -23,7 +24,9 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.sqlite import LARGE_VALUE
+from statewise.db.sqlite._schema import KEY_SPAN
 from statewise.db.store import SessionSpec, StateStore
+from statewise.exceptions import StorageError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.state.secrets import Cipher
 
@@ -277,3 +280,25 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
     state, _version = store.read_state(spec)
     assert {k: state[k] for k in landed} == {k: n for n, k in enumerate(landed)}
     assert row_count(tmp_path / "s.db", "commits") == 27
+
+
+def test_a_session_at_the_end_of_its_key_range_refuses_more_events(tmp_path: Path) -> None:
+    """An event's rowid is its session's key and its sequence number: a commit that would
+    number an event past the session's range fails and writes nothing, instead of landing
+    among the next session's events."""
+    db_file = tmp_path / "s.db"
+    db = SqliteDb(db_file=db_file)
+    store = StateStore(db)
+    spec = SessionSpec(session_id="s")
+    with store.begin(spec) as txn:
+        txn.state["n"] = 1
+        txn.commit(events=[NewEvent(type="note")])
+    with sqlite3.connect(db_file) as conn:
+        conn.execute(f"UPDATE statewise_sessions SET last_seq = {KEY_SPAN - 1}")
+    before = row_count(db_file, "events")
+    commit = Commit(session=SessionRecord(session_id="s"), events=[NewEvent(type="note")])
+    with pytest.raises(StorageError, match="out of sequence numbers"):
+        db.commit(commit)
+    assert row_count(db_file, "events") == before
+    record, _versions = db.probe("s", ())
+    assert record is not None and record.last_seq == KEY_SPAN - 1

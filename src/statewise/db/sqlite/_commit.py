@@ -283,6 +283,9 @@ class SqliteCommits(SqliteReads):
         n_events = len(commit.events)
         session_key, last_seq = self._session_for(conn, commit, now)
         versions = {write.key: write.base_version + 1 for write in commit.writes}
+        if last_seq >= KEY_SPAN or any(version >= KEY_SPAN for version in versions.values()):
+            # (its rows' keys would fall in the next session's or scope's range)
+            raise StorageError(f"session {session.session_id!r} is out of sequence numbers")
         if commit.commit_id:
             # The id before the changes: an id that landed before fails here, and the
             # caller rolls back what the session row took (`_Landed`).

@@ -282,10 +282,10 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
     assert row_count(tmp_path / "s.db", "commits") == 27
 
 
-def test_a_session_at_the_end_of_its_key_range_refuses_more_events(tmp_path: Path) -> None:
-    """An event's rowid is its session's key and its sequence number: a commit that would
-    number an event past the session's range fails and writes nothing, instead of landing
-    among the next session's events."""
+def test_a_scope_at_the_end_of_its_key_range_refuses_more_versions(tmp_path: Path) -> None:
+    """A delta's rowid is its scope's key and its version: a commit that would write a
+    version past the scope's range fails and writes nothing, instead of landing among the
+    next scope's deltas."""
     db_file = tmp_path / "s.db"
     db = SqliteDb(db_file=db_file)
     store = StateStore(db)
@@ -293,12 +293,16 @@ def test_a_session_at_the_end_of_its_key_range_refuses_more_events(tmp_path: Pat
     with store.begin(spec) as txn:
         txn.state["n"] = 1
         txn.commit(events=[NewEvent(type="note")])
+    last = KEY_SPAN - 1
     with sqlite3.connect(db_file) as conn:
-        conn.execute(f"UPDATE statewise_sessions SET last_seq = {KEY_SPAN - 1}")
-    before = row_count(db_file, "events")
-    commit = Commit(session=SessionRecord(session_id="s"), events=[NewEvent(type="note")])
-    with pytest.raises(StorageError, match="out of sequence numbers"):
+        conn.execute(f"UPDATE statewise_scopes SET version = {last}")
+    before = (row_count(db_file, "deltas"), row_count(db_file, "events"))
+    segment = DeltaSegment(source="api", ops=[{"op": "set", "path": ["n"], "value": 2}])
+    write = ScopeWrite(key=ScopeKey("session", "s"), base_version=last, segments=[segment])
+    commit = Commit(
+        session=SessionRecord(session_id="s"), writes=[write], events=[NewEvent(type="note")]
+    )
+    with pytest.raises(StorageError, match="out of versions"):
         db.commit(commit)
-    assert row_count(db_file, "events") == before
-    record, _versions = db.probe("s", ())
-    assert record is not None and record.last_seq == KEY_SPAN - 1
+    assert (row_count(db_file, "deltas"), row_count(db_file, "events")) == before
+    assert db.probe("s", [ScopeKey("session", "s")])[1] == {ScopeKey("session", "s"): last}

@@ -87,7 +87,7 @@ def test_a_schema_1_database_migrates_and_keeps_everything(old_db: Path) -> None
         sql = table_sql(old_db)
         for table in LARGE_PAYLOAD_TABLES:
             assert "WITHOUT ROWID" not in sql[f"statewise_{table}"], table
-        assert "event_key INTEGER PRIMARY KEY" in sql["statewise_events"]
+        assert "(session_key, seq)" in sql["statewise_events_by_key"]
         agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
         assert agent.get_session_state("s1") == expected["s1"]
         assert agent.get_session_state("s2") == expected["s2"]
@@ -111,8 +111,8 @@ def test_a_schema_1_database_migrates_and_keeps_everything(old_db: Path) -> None
         assert len(again.read_runs("s1")) == expected["s1_runs"] + 1
     with sqlite3.connect(old_db) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
-            "INSERT INTO statewise_events (event_key, session_id, seq, run_id, type, data, "
-            "created_at) SELECT event_key, session_id, seq, run_id, type, data, created_at "
+            "INSERT INTO statewise_events (session_key, session_id, seq, run_id, type, data, "
+            "created_at) SELECT session_key, session_id, seq, run_id, type, data, created_at "
             "FROM statewise_events LIMIT 1"
         )
 
@@ -124,11 +124,13 @@ def test_a_new_database_keeps_large_payloads_in_rowid_tables(tmp_path: Path) -> 
     for table in LARGE_PAYLOAD_TABLES:
         assert "WITHOUT ROWID" not in sql[f"t_{table}"]
     assert "UNIQUE INDEX" in sql["t_snapshots_by_key"]
-    # Events and deltas are keyed by their rowid (their session's or scope's key, and
-    # their sequence number or version): no second b-tree.
-    assert "event_key INTEGER PRIMARY KEY" in sql["t_events"]
+    # Events are found by their session's integer key; deltas are keyed by their rowid
+    # (their scope's key and their version): no second b-tree.
+    assert (
+        "UNIQUE INDEX" in sql["t_events_by_key"] and "(session_key, seq)" in sql["t_events_by_key"]
+    )
     assert "delta_key INTEGER PRIMARY KEY" in sql["t_deltas"]
-    assert not [name for name in sql if name.startswith(("t_events_", "t_deltas_"))]
+    assert not [name for name in sql if name.startswith("t_deltas_")]
 
 
 def session_indexes(db_file: Path, prefix: str = "statewise_") -> dict[str, list[str]]:

@@ -283,9 +283,9 @@ class SqliteCommits(SqliteReads):
         n_events = len(commit.events)
         session_key, last_seq = self._session_for(conn, commit, now)
         versions = {write.key: write.base_version + 1 for write in commit.writes}
-        if last_seq >= KEY_SPAN or any(version >= KEY_SPAN for version in versions.values()):
-            # (its rows' keys would fall in the next session's or scope's range)
-            raise StorageError(f"session {session.session_id!r} is out of sequence numbers")
+        if any(version >= KEY_SPAN for version in versions.values()):
+            # (its delta's key would fall in the next scope's range)
+            raise StorageError(f"a scope of session {session.session_id!r} is out of versions")
         if commit.commit_id:
             # The id before the changes: an id that landed before fails here, and the
             # caller rolls back what the session row took (`_Landed`).
@@ -365,10 +365,9 @@ class SqliteCommits(SqliteReads):
                 )
         first_seq = last_seq - n_events + 1
         if commit.events:
-            first_key = session_key * KEY_SPAN + first_seq
             rows: list[tuple[Any, ...]] = [
                 (
-                    first_key + i,
+                    session_key,
                     session.session_id,
                     first_seq + i,
                     event.run_id,
@@ -381,7 +380,7 @@ class SqliteCommits(SqliteReads):
             large += _insert_rows(
                 conn,
                 f"{p}events",
-                "event_key, session_id, seq, run_id, type, data, created_at",
+                "session_key, session_id, seq, run_id, type, data, created_at",
                 rows,
                 (5,),
             )

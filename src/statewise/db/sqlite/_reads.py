@@ -50,12 +50,10 @@ def _probe_sql(p: str, scopes: int) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _events_sql(p: str) -> str:
-    """A session's events between two sequence numbers: a range of the events table's own
-    keys (see `row_key`), found from the session's key."""
-    key = f"(SELECT session_key FROM {p}sessions WHERE session_id = ?)"
+    """A session's events, found by its key (the index on (session_key, seq))."""
     return (
         f"SELECT seq, run_id, type, data, created_at FROM {p}events "
-        f"WHERE event_key BETWEEN {row_key(key, '?')} AND {row_key(key, '?')}"
+        f"WHERE session_key = (SELECT session_key FROM {p}sessions WHERE session_id = ?)"
     )
 
 
@@ -199,10 +197,13 @@ class SqliteReads(SqliteBase):
         run_id: str | None = None,
     ) -> list[EventRecord]:
         sql = _events_sql(self.table_prefix)
-        # (clamped into the session's own range of event keys)
-        low = 0 if after is None else min(max(after + 1, 0), KEY_SPAN)
-        high = KEY_SPAN - 1 if before is None else min(max(before - 1, -1), KEY_SPAN - 1)
-        params: list[Any] = [session_id, low, session_id, high]
+        params: list[Any] = [session_id]
+        if after is not None:
+            sql += " AND seq > ?"
+            params.append(after)
+        if before is not None:
+            sql += " AND seq < ?"
+            params.append(before)
         if types:
             sql += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
@@ -210,7 +211,7 @@ class SqliteReads(SqliteBase):
             sql += " AND run_id = ?"
             params.append(run_id)
         newest_first = limit is not None and after is None
-        sql += " ORDER BY event_key DESC" if newest_first else " ORDER BY event_key"
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)

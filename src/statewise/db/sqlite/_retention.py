@@ -36,17 +36,16 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     found = row.fetchone()
     if found is None:
         return None
-    # The session's events are the rowids of this range (see `row_key`).
-    events = (found[0] * KEY_SPAN, found[0] * KEY_SPAN + KEY_SPAN - 1)
+    session_key = found[0]
     out = Compaction(session_id=sid, horizon=new)
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
-        _inline_kept_references(conn, p, sid, events, new, live_runs)
+        _inline_kept_references(conn, p, sid, session_key, new, live_runs)
         _fold(conn, p, sid, new.version, plan.snapshot, out)
     out.events = conn.execute(
-        f"DELETE FROM {p}events WHERE event_key BETWEEN ? AND ? AND created_at <= ? "
+        f"DELETE FROM {p}events WHERE session_key = ? AND created_at <= ? "
         f"AND (run_id IS NULL OR run_id NOT IN ({live_runs}))",
-        (*events, new.before, sid),
+        (session_key, new.before, sid),
     ).rowcount
     out.runs = conn.execute(
         f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
@@ -81,7 +80,7 @@ def _inline_kept_references(
     conn: sqlite3.Connection,
     p: str,
     sid: str,
-    events: tuple[int, int],
+    session_key: int,
     new: Horizon,
     live_runs: str,
 ) -> None:
@@ -90,20 +89,20 @@ def _inline_kept_references(
     scope = f"(SELECT scope_key FROM {p}scopes WHERE kind = 'session' AND scope_id = ?)"
     delta = row_key(scope, "json_extract(substr(e.data, 2), '$.version')")
     rows = conn.execute(
-        f"SELECT e.event_key, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
+        f"SELECT e.rowid, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
         f"ON d.delta_key = {delta} "
         f"AND d.kind = 'session' AND d.scope_id = ? "
-        f"WHERE e.event_key BETWEEN ? AND ? AND e.type = 'state_delta' AND e.data LIKE ? "
+        f"WHERE e.session_key = ? AND e.type = 'state_delta' AND e.data LIKE ? "
         f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
         f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
         f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
-        (sid, sid, *events, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+        (sid, sid, session_key, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
     ).fetchall()
-    for key, data, segments in rows:
+    for rowid, data, segments in rows:
         inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
         inlined["segments"] = _codec.loads(segments)
         conn.execute(
-            f"UPDATE {p}events SET data = ? WHERE event_key = ?", (_codec.dumps(inlined), key)
+            f"UPDATE {p}events SET data = ? WHERE rowid = ?", (_codec.dumps(inlined), rowid)
         )
 
 

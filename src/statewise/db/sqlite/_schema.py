@@ -243,16 +243,19 @@ def _migrations(p: str) -> list[str]:
             ids_before REAL NOT NULL
         ) WITHOUT ROWID;
         """,
-        # 10: every commit id in `commits`; events and deltas kept in the order they are
-        # read. Each session and each scope gets a small integer key of its own
-        # (`session_key`, `scope_key`: INTEGER PRIMARY KEYs, which VACUUM keeps), and an
-        # event's rowid is `row_key(session_key, seq)`, a delta's `row_key(scope_key,
-        # version)`: each table is itself ordered as it is read, so a commit writes its
-        # events, and its deltas, into one b-tree each instead of a table and a unique
-        # index on (session_id, seq) or (kind, scope_id, version). Ids kept in their last
-        # event's row (schema 7) move into `commits`, where every id is found by one
-        # lookup; the session row no longer keeps the greatest. A statewise that looks ids
-        # up in event rows, or rows up by those indexes, must refuse the database.
+        # 10: every commit id in `commits`, and small integer keys. Each session and each
+        # scope gets a key of its own (`session_key`, `scope_key`: INTEGER PRIMARY KEYs,
+        # which VACUUM keeps). Events stay in the order they were written (a commit
+        # appends them at the table's end, where SQLite splits no page) and are found by
+        # a unique index on (session_key, seq), whose entries are a few bytes instead of
+        # a session id's text. A delta's rowid is `row_key(scope_key, version)`: deltas
+        # are ordered as they are read, with no key index beside them to write. (Events
+        # ordered the same way measured worse with many sessions: each commit then inserts
+        # large rows in the middle of the table, and every page split there rewrites
+        # several.) Ids kept in their last event's row (schema 7) move into `commits`,
+        # where every id is found by one lookup; the session row no longer keeps the
+        # greatest. A statewise that looks ids up in event rows, or rows up by the old
+        # indexes, must refuse the database.
         f"""
         CREATE TABLE {p}sessions_keyed (
             session_key INTEGER PRIMARY KEY,
@@ -274,7 +277,7 @@ def _migrations(p: str) -> list[str]:
             SELECT session_id, commit_id, commit_result, created_at FROM {p}events
             WHERE commit_id IS NOT NULL;
         CREATE TABLE {p}events_keyed (
-            event_key INTEGER PRIMARY KEY,
+            session_key INTEGER NOT NULL,
             session_id TEXT NOT NULL,
             seq INTEGER NOT NULL,
             run_id TEXT,
@@ -282,14 +285,15 @@ def _migrations(p: str) -> list[str]:
             data TEXT NOT NULL,
             created_at REAL NOT NULL
         );
-        INSERT INTO {p}events_keyed (event_key, session_id, seq, run_id, type, data,
+        INSERT INTO {p}events_keyed (rowid, session_key, session_id, seq, run_id, type, data,
             created_at)
-            SELECT {row_key("s.session_key", "e.seq")}, e.session_id, e.seq, e.run_id,
-                e.type, e.data, e.created_at
+            SELECT e.rowid, s.session_key, e.session_id, e.seq, e.run_id, e.type, e.data,
+                e.created_at
             FROM {p}events AS e JOIN {p}sessions_keyed AS s ON s.session_id = e.session_id
-            ORDER BY 1;
+            ORDER BY e.rowid;
         DROP TABLE {p}events;
         ALTER TABLE {p}events_keyed RENAME TO {p}events;
+        CREATE UNIQUE INDEX {p}events_by_key ON {p}events (session_key, seq);
         DROP TABLE {p}sessions;
         ALTER TABLE {p}sessions_keyed RENAME TO {p}sessions;
         CREATE TABLE {p}scopes_keyed (
@@ -336,14 +340,13 @@ def _migrations(p: str) -> list[str]:
 
 
 KEY_SPAN = 1 << 32
-"""Rows one owner's range of rowids holds: session k's event `seq` has the rowid
-`k * KEY_SPAN + seq`, scope k's delta at `version` the rowid `k * KEY_SPAN + version`
-(see `row_key`)."""
+"""Versions one scope's range of delta rowids holds: scope k's delta at `version` has the
+rowid `k * KEY_SPAN + version` (see `row_key`)."""
 
 
 def row_key(owner_key: str, n: str) -> str:
-    """SQL of the rowid of row `n` (an event's sequence number, a delta's version; an SQL
-    expression) of the session or scope whose key is `owner_key` (another)."""
+    """SQL of the rowid of the delta at version `n` (an SQL expression) of the scope whose
+    key is `owner_key` (another)."""
     return f"({owner_key} * {KEY_SPAN} + {n})"
 
 

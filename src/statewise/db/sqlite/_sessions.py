@@ -56,13 +56,13 @@ class SqliteSessions(SqliteLeases):
             f"RETURNING scope_key",
             ids,
         ).fetchall()
-        # Each session's events, and its scope's deltas, are a range of rowids (`row_key`).
-        whole_range = f"BETWEEN {row_key('?', '0')} AND {row_key('?', str(KEY_SPAN - 1))}"
-        for table, owners in (("events", keys), ("deltas", scope_keys)):
-            conn.executemany(
-                f"DELETE FROM {p}{table} WHERE {table[:-1]}_key {whole_range}",
-                [(key, key) for (key,) in owners],
-            )
+        conn.executemany(f"DELETE FROM {p}events WHERE session_key = ?", keys)
+        # Each scope's deltas are a range of rowids (see `row_key`).
+        conn.executemany(
+            f"DELETE FROM {p}deltas WHERE delta_key BETWEEN {row_key('?', '0')} "
+            f"AND {row_key('?', str(KEY_SPAN - 1))}",
+            [(key, key) for (key,) in scope_keys],
+        )
         for table in ("runs", "commits", "run_leases", "horizons"):
             conn.execute(f"DELETE FROM {p}{table} WHERE session_id IN ({marks})", ids)
         conn.execute(
@@ -175,11 +175,11 @@ class SqliteSessions(SqliteLeases):
                     ),
                 )
             conn.executemany(
-                f"INSERT INTO {p}events (event_key, session_id, seq, run_id, type, data, "
+                f"INSERT INTO {p}events (session_key, session_id, seq, run_id, type, data, "
                 f"created_at) VALUES (?,?,?,?,?,?,?)",
                 [
                     (
-                        session_key * KEY_SPAN + e.seq,
+                        session_key,
                         session.session_id,
                         e.seq,
                         e.run_id,

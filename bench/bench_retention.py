@@ -57,8 +57,7 @@ def _sqlite_bytes(db: Any) -> int:
     by_session = ["events", "runs", "commits"]
     total = sum(
         conn.execute(
-            f"SELECT coalesce(sum(length(data) + coalesce(length(commit_result), 0)), 0) "
-            f"FROM {p}events WHERE session_id = ?"
+            f"SELECT coalesce(sum(length(data)), 0) FROM {p}events WHERE session_id = ?"
             if table == "events"
             else f"SELECT coalesce(sum(length(messages) + length(metrics) + "
             f"coalesce(length(content), 0) + coalesce(length(input), 0)), 0) "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
@@ -16,11 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from statewise.db import SqliteDb
-from statewise.db.base import BaseDb
-from statewise.db.records import Commit, CommitResult
 from statewise.db.testing import Harness, register_backend, registered_backends
-from statewise.db.testing.harnesses import SqliteHarness
 from tests.db._mp_worker import open_backend
 
 POSTGRES_URL = os.environ.get(
@@ -98,33 +93,8 @@ def _redis() -> Callable[[], AbstractContextManager[Harness]]:
     return redis_backend(REDIS_URL)
 
 
-class _OneStatementSqliteDb(SqliteDb):
-    """Every commit as SQLite's writer thread makes it (one statement when it can be), so
-    the whole suite checks that path too (tests/db/test_sqlite_one_statement.py)."""
-
-    def commit(self, commit: Commit) -> CommitResult:
-        return self._commit_on_writer_thread(commit)
-
-
-class _OneStatementHarness(SqliteHarness):
-    name = "sqlite-one-statement"
-
-    def open_db(self) -> BaseDb:
-        return _OneStatementSqliteDb(db_file=self.path)
-
-
-@contextmanager
-def _sqlite_one_statement() -> Iterator[Harness]:
-    with (
-        tempfile.TemporaryDirectory(prefix="statewise-conformance-") as directory,
-        _OneStatementHarness(Path(directory)) as harness,
-    ):
-        yield harness
-
-
 register_backend("postgres", _guarded(postgres_problem, _postgres))
 register_backend("redis", _guarded(redis_problem, _redis))
-register_backend("sqlite-one-statement", _sqlite_one_statement)
 
 
 @pytest.fixture(params=sorted(registered_backends()))

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from statewise import Agent, Retention, Sessions
-from statewise.db import InMemoryDb, SqliteDb, _sqlite_retention, db_from_url
-from statewise.db import sqlite as sqlite_module
+from statewise.db import InMemoryDb, SqliteDb, db_from_url
 from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, ScopeKey
 from statewise.db.retention import ENV_VAR, id_run, id_time
@@ -102,10 +101,6 @@ def test_ids_made_by_statewise_carry_their_time() -> None:
     run_id = new_id()
     assert id_run(f"{run_id}:step:3") == run_id and id_time(f"{run_id}:step:3") is not None
     assert id_time("my-own-id") is None and id_run("my-own-id") is None
-
-
-def test_sqlite_and_its_compaction_agree_on_delta_references() -> None:
-    assert _sqlite_retention.DELTA_REFERENCE == sqlite_module.DELTA_REFERENCE
 
 
 # ---- on commit, and below the horizon ---------------------------------------------------

@@ -147,7 +147,7 @@ def test_a_commit_whose_caller_is_cancelled_mid_write_is_still_recorded(tmp_path
     db = SqliteDb(db_file=tmp_path / "s.db")
     store = StateStore(db)
     writing = threading.Event()
-    real_commit = db._commit_on_writer_thread  # (what a commit from a shared loop runs)
+    real_commit = db.commit  # (what a commit from a shared loop runs, on the writer thread)
 
     def slow_commit(commit: Any) -> Any:
         writing.set()
@@ -159,14 +159,14 @@ def test_a_commit_whose_caller_is_cancelled_mid_write_is_still_recorded(tmp_path
         txn.state["items"] = []
         await txn.commit(source="start")
         txn.state["items"].append("a")
-        db._commit_on_writer_thread = slow_commit  # type: ignore[method-assign]
+        db.commit = slow_commit  # type: ignore[method-assign]
         first = asyncio.create_task(txn.commit(source="first"))
         while not writing.is_set():
             await asyncio.sleep(0.005)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
-        db._commit_on_writer_thread = real_commit  # type: ignore[method-assign]
+        db.commit = real_commit  # type: ignore[method-assign]
         await asyncio.sleep(0.6)  # the cancelled write lands meanwhile
         txn.state["items"].append("b")
         await txn.commit(source="second")

@@ -2,7 +2,7 @@
 snapshot, a big tool result) go through statements of their own (`sqlite._insert_rows`)
 and must land exactly like small rows, in order, with nothing extra inserted; a commit id
 that landed before applies nothing again; a `state_delta` event refers to its delta
-instead of copying it."""
+instead of copying it; every commit id is stored in one place."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.fernet import Fernet
 
 from statewise import Agent
@@ -23,7 +24,9 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.sqlite import LARGE_VALUE
+from statewise.db.sqlite._schema import KEY_SPAN
 from statewise.db.store import SessionSpec, StateStore
+from statewise.exceptions import StorageError
 from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
 from statewise.state.secrets import Cipher
 
@@ -230,32 +233,28 @@ def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path:
     assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data
 
 
-def test_a_commit_id_is_stored_in_its_last_event_not_a_row_of_its_own(tmp_path: Path) -> None:
-    """A commit with events keeps its id in its last event's row (one page fewer to write
-    and sync per commit than a `commits` row); the session row keeps the greatest id, so a
-    new one needs no lookup."""
+def test_every_commit_id_is_stored_in_commits_with_its_result(tmp_path: Path) -> None:
+    """One place for commit ids: a row of `commits` per commit, holding the result a retry
+    is answered with (its last sequence number first)."""
     db_file = tmp_path / "s.db"
     agent = make_agent(db_file)
     agent.run("a", session_id="s")
     agent.run("b", session_id="s")
-    assert row_count(db_file, "commits") == 0
     with sqlite3.connect(db_file) as conn:
         stored = conn.execute(
-            "SELECT seq, commit_id, commit_result FROM statewise_events "
-            "WHERE commit_id IS NOT NULL ORDER BY seq"
+            "SELECT commit_id, result FROM statewise_commits ORDER BY commit_id"
         ).fetchall()
-        greatest = conn.execute("SELECT max_commit FROM statewise_sessions").fetchone()[0]
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(statewise_events)")]
     assert len(stored) == 6  # three commits per run
-    ids = [commit_id for _seq, commit_id, _result in stored]
-    assert ids == sorted(ids) and greatest == ids[-1]
-    for seq, _commit_id, result in stored:
-        assert int(result.split("|")[0]) == seq  # the commit's last event
+    assert "commit_id" not in columns
+    last_seqs = [int(result.split("|")[0]) for _commit_id, result in stored]
+    events = SqliteDb(db_file=db_file).read_events("s")
+    assert last_seqs == sorted(last_seqs) and last_seqs[-1] == len(events)
 
 
 def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> None:
-    """An id not greater than every id landed before it (ids chosen by a caller) is
-    looked up before it lands, and stored in `commits`; every id, stored either way, is
-    recognised on a retry, however many commits landed after it."""
+    """An id not greater than the ids landed before it (ids chosen by a caller) is
+    recognised on a retry like any other, however many commits landed after it."""
     db = SqliteDb(db_file=tmp_path / "s.db")
     store = StateStore(db)
     spec = SessionSpec(session_id="s")
@@ -280,13 +279,30 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
     assert db.read_events("s") == events_before
     state, _version = store.read_state(spec)
     assert {k: state[k] for k in landed} == {k: n for n, k in enumerate(landed)}
-    with sqlite3.connect(tmp_path / "s.db") as conn:
-        in_commits = {row[0] for row in conn.execute("SELECT commit_id FROM statewise_commits")}
-        in_events = {
-            row[0]
-            for row in conn.execute(
-                "SELECT commit_id FROM statewise_events WHERE commit_id IS NOT NULL"
-            )
-        }
-    assert {"m", "x", "y", "z"} <= in_events and {"c", "a", "b"} <= in_commits
-    assert not in_commits & in_events and len(in_commits | in_events) == 27
+    assert row_count(tmp_path / "s.db", "commits") == 27
+
+
+def test_a_scope_at_the_end_of_its_key_range_refuses_more_versions(tmp_path: Path) -> None:
+    """A delta's rowid is its scope's key and its version: a commit that would write a
+    version past the scope's range fails and writes nothing, instead of landing among the
+    next scope's deltas."""
+    db_file = tmp_path / "s.db"
+    db = SqliteDb(db_file=db_file)
+    store = StateStore(db)
+    spec = SessionSpec(session_id="s")
+    with store.begin(spec) as txn:
+        txn.state["n"] = 1
+        txn.commit(events=[NewEvent(type="note")])
+    last = KEY_SPAN - 1
+    with sqlite3.connect(db_file) as conn:
+        conn.execute(f"UPDATE statewise_scopes SET version = {last}")
+    before = (row_count(db_file, "deltas"), row_count(db_file, "events"))
+    segment = DeltaSegment(source="api", ops=[{"op": "set", "path": ["n"], "value": 2}])
+    write = ScopeWrite(key=ScopeKey("session", "s"), base_version=last, segments=[segment])
+    commit = Commit(
+        session=SessionRecord(session_id="s"), writes=[write], events=[NewEvent(type="note")]
+    )
+    with pytest.raises(StorageError, match="out of versions"):
+        db.commit(commit)
+    assert (row_count(db_file, "deltas"), row_count(db_file, "events")) == before
+    assert db.probe("s", [ScopeKey("session", "s")])[1] == {ScopeKey("session", "s"): last}

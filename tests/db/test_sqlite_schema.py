@@ -16,6 +16,13 @@ and states.
 "c-2" (each with a `note` event) and "c-3" (none) through a session transaction.
 `data/schema_v6.json` holds what that code read back: sessions, events, runs, states, the
 history of s1 and each commit's result.
+
+`data/schema_v9.db` was written by statewise with schema version 9 (most commit ids in
+their last event's row, events indexed by (session_id, seq)): an agent ran 7 times on s1
+and once on s2 (user u1), and session s3 took commits "c-1", "c-2" (each with a `note`
+event), "c-3" (none) and "c-0" (an id not greater than the ones before) through a session
+transaction. `data/schema_v9.json` holds what that code read back, each commit's result,
+and the ids stored per session.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ def test_a_schema_1_database_migrates_and_keeps_everything(old_db: Path) -> None
         sql = table_sql(old_db)
         for table in LARGE_PAYLOAD_TABLES:
             assert "WITHOUT ROWID" not in sql[f"statewise_{table}"], table
-            assert f"statewise_{table}_by_key" in sql, table
+        assert "(session_key, seq)" in sql["statewise_events_by_key"]
         agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
         assert agent.get_session_state("s1") == expected["s1"]
         assert agent.get_session_state("s2") == expected["s2"]
@@ -104,8 +111,9 @@ def test_a_schema_1_database_migrates_and_keeps_everything(old_db: Path) -> None
         assert len(again.read_runs("s1")) == expected["s1_runs"] + 1
     with sqlite3.connect(old_db) as conn, pytest.raises(sqlite3.IntegrityError):
         conn.execute(
-            "INSERT INTO statewise_events (session_id, seq, run_id, type, data, created_at) "
-            "SELECT session_id, seq, run_id, type, data, created_at FROM statewise_events LIMIT 1"
+            "INSERT INTO statewise_events (session_key, session_id, seq, run_id, type, data, "
+            "created_at) SELECT session_key, session_id, seq, run_id, type, data, created_at "
+            "FROM statewise_events LIMIT 1"
         )
 
 
@@ -115,7 +123,14 @@ def test_a_new_database_keeps_large_payloads_in_rowid_tables(tmp_path: Path) -> 
     sql = table_sql(tmp_path / "new.db")
     for table in LARGE_PAYLOAD_TABLES:
         assert "WITHOUT ROWID" not in sql[f"t_{table}"]
-        assert "UNIQUE INDEX" in sql[f"t_{table}_by_key"]
+    assert "UNIQUE INDEX" in sql["t_snapshots_by_key"]
+    # Events are found by their session's integer key; deltas are keyed by their rowid
+    # (their scope's key and their version): no second b-tree.
+    assert (
+        "UNIQUE INDEX" in sql["t_events_by_key"] and "(session_key, seq)" in sql["t_events_by_key"]
+    )
+    assert "delta_key INTEGER PRIMARY KEY" in sql["t_deltas"]
+    assert not [name for name in sql if name.startswith("t_deltas_")]
 
 
 def session_indexes(db_file: Path, prefix: str = "statewise_") -> dict[str, list[str]]:
@@ -265,3 +280,70 @@ def test_a_schema_7_database_is_refused_by_a_statewise_that_knows_schema_6(
     monkeypatch.setattr(sqlite_module, "_migrations", lambda p: six)
     with pytest.raises(SchemaVersionError, match=f"schema version {LATEST}"):
         SqliteDb(db_file=tmp_path / "new.db")
+
+
+def test_a_schema_9_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
+    """Schema 10 keeps every commit id in `commits` and each event under a key made of its
+    session's key and its sequence number; a schema-9 database (ids in event rows) upgrades,
+    reads back what it did, answers every id it stored as landed, and numbers new events on
+    from where each session was."""
+    target = tmp_path / "v9.db"
+    shutil.copy(DATA / "schema_v9.db", target)
+    expected = json.loads((DATA / "schema_v9.json").read_text())
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 9
+    db = SqliteDb(db_file=target)
+    try:
+        with sqlite3.connect(target) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST
+            ids = {
+                sid: sorted(
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT commit_id FROM statewise_commits WHERE session_id = ?", (sid,)
+                    )
+                )
+                for sid in expected["commit_ids"]
+            }
+            columns = [row[1] for row in conn.execute("PRAGMA table_info(statewise_events)")]
+        assert ids == {sid: sorted(found) for sid, found in expected["commit_ids"].items()}
+        assert "commit_id" not in columns
+        assert [s.to_dict() for s in db.list_sessions()] == expected["sessions"]
+        agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
+        for sid in ("s1", "s2", "s3"):
+            assert [e.to_dict() for e in db.read_events(sid)] == expected["events"][sid]
+            assert [r.to_dict() for r in db.read_runs(sid)] == expected["runs"][sid]
+            assert agent.get_session_state(sid) == expected["states"][sid]
+        assert agent.get_state_history("s1") == expected["history"]
+        s1_events = expected["events"]["s1"]
+        middle = s1_events[len(s1_events) // 2]["seq"]
+        assert [e.seq for e in db.read_events("s1", after=middle, limit=2)] == [
+            middle + 1,
+            middle + 2,
+        ]
+
+        store = StateStore(db)
+        spec = SessionSpec(session_id="s3", user_id="u1")
+        for commit_id, stored in expected["commits"].items():
+            with store.begin(spec) as txn:
+                txn.state["n"] = 99
+                again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+            assert again.replayed, commit_id
+            assert again.last_seq == stored["last_seq"]
+            assert {f"{k.kind}:{k.id}": v for k, v in again.versions.items()} == stored["versions"]
+        s1 = SessionSpec(session_id="s1", user_id="u1")
+        for commit_id in expected["commit_ids"]["s1"]:  # the ids runs stored in event rows
+            with store.begin(s1) as txn:
+                txn.state["n"] = 99
+                assert txn.commit(commit_id=commit_id).replayed, commit_id
+        agent.run("go", session_id="s1")
+        agent.run("go", session_id="s3")
+        for sid in ("s1", "s3"):
+            events = db.read_events(sid)
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            assert len(events) > len(expected["events"][sid])
+        assert agent.get_session_state("s3")["n"] == expected["states"]["s3"]["n"]
+    finally:
+        db.close()
+    with SqliteDb(db_file=target) as reopened:  # opening it again migrates nothing
+        assert [s.session_id for s in reopened.list_sessions(limit=1)] == ["s3"]

@@ -1,8 +1,7 @@
 """SQLite storage: the default, for one machine.
 
 WAL mode so readers never block the writer; `BEGIN IMMEDIATE` so a commit takes the write
-lock before it reads the versions it compares (a commit sent as one statement, see
-`_sqlite_commit`, takes it as that statement starts); a busy timeout so writers from other
+lock before it reads the versions it compares; a busy timeout so writers from other
 processes wait instead of failing; one connection per thread (sqlite3 connections are
 not shareable) and a process-wide lock so threads queue instead of spinning on SQLITE_BUSY.
 """
@@ -17,7 +16,6 @@ from statewise.db.retention import Retention
 
 # Re-exported: the tuning constants tests and callers read from `statewise.db.sqlite`.
 from statewise.db.sqlite._commit import LARGE_VALUE as LARGE_VALUE
-from statewise.db.sqlite._commit import LAST_SEQS_KEPT as LAST_SEQS_KEPT
 from statewise.db.sqlite._schema import DELTA_REFERENCE as DELTA_REFERENCE
 from statewise.db.sqlite._schema import WAL_AUTOCHECKPOINT as WAL_AUTOCHECKPOINT
 from statewise.db.sqlite._sessions import PRUNE_BATCH as PRUNE_BATCH

@@ -1,5 +1,9 @@
-"""SQLite's commit path: the write lock, the commit (one statement or statement by
-statement), finding a commit that already landed, and the WAL restart.
+"""SQLite's commit path: the write lock, the commit, finding a commit that already
+landed, and the WAL restart.
+
+One path whatever the caller: a sync call's private loop runs it inline, an async caller
+on a shared loop on the writer thread (`SqliteBase._run_async`); which thread, not which
+SQL.
 """
 
 from __future__ import annotations
@@ -11,23 +15,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from statewise.db import _codec, _sqlite_commit
+from statewise.db import _codec
 from statewise.db.base import (
     BaseDb,
     GroupEntry,
     GroupReads,
-    on_private_loop,
 )
 from statewise.db.records import (
     Commit,
     CommitResult,
-    ScopeKey,
-    applied_result,
     decode_commit_result,
     encode_commit_result,
 )
 from statewise.db.sqlite._reads import SqliteReads
-from statewise.db.sqlite._schema import event_text
+from statewise.db.sqlite._schema import KEY_SPAN, event_text
 from statewise.exceptions import (
     DatabaseUnavailableError,
     StorageError,
@@ -40,8 +41,14 @@ T = TypeVar("T")
 LARGE_VALUE = 64 * 1024
 """A text this long is bound through a statement of its own (see `_insert_rows`)."""
 
-LAST_SEQS_KEPT = 4096
-"""Sessions whose last sequence number a `SqliteDb` remembers (see `_note_last_seq`)."""
+
+class _Landed(Exception):
+    """A commit whose id landed before: what was written of it is rolled back, and the
+    stored result answers it."""
+
+    def __init__(self, result: CommitResult) -> None:
+        super().__init__(result)
+        self.result = result
 
 
 def _insert_rows(
@@ -97,7 +104,7 @@ def _insert_sql(
 
     At the positions in `absent` the rows give '' for NULL, which the INSERT turns back:
     the sqlite3 module binds None through its adapter lookup, far slower than a string,
-    and most events carry no commit id."""
+    and most deltas carry no conflicts."""
     marks = ",".join("NULLIF(?, '')" if i in absent else "?" for i in range(width))
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({marks})",
@@ -107,20 +114,6 @@ def _insert_sql(
 
 class SqliteCommits(SqliteReads):
     """`SqliteDb`'s writes: the write lock and the commit path."""
-
-    async def acommit(self, commit: Commit) -> CommitResult:
-        """On the writer thread, the commit is one statement when it can be (see
-        `_sqlite_commit`): that thread shares the interpreter lock with a busy event loop,
-        and each statement of a commit gives the lock up and waits to win it back. A sync
-        commit has no one to wait for, and its statements cost SQLite less than the one
-        statement's triggers."""
-        if on_private_loop() or self.db_file == ":memory:":
-            return self.commit(commit)
-        return await self._writer_thread().run(self._commit_on_writer_thread, commit)
-
-    def _commit_on_writer_thread(self, commit: Commit) -> CommitResult:
-        landed = self._commit_in_one_statement(commit)
-        return landed if landed is not None else self._commit_statements(commit)
 
     def _writing_conn(self) -> sqlite3.Connection:
         """This thread's connection for a write, which checks the file itself once it holds
@@ -152,17 +145,14 @@ class SqliteCommits(SqliteReads):
                 raise
 
     def commit(self, commit: Commit) -> CommitResult:
-        return self._commit_statements(commit)
-
-    def _commit_statements(self, commit: Commit) -> CommitResult:
         try:
             result, large = self._write(lambda conn: self._commit_in(conn, commit))
+        except _Landed as landed:
+            return landed.result
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
         if large >= self._wal_pages_bytes:
             self._restart_wal()
-        if not result.replayed:
-            self._note_last_seq(commit.session.session_id, result.last_seq)
         return result
 
     def commit_rebased_together(
@@ -191,6 +181,11 @@ class SqliteCommits(SqliteReads):
                 conn.execute("SAVEPOINT statewise_entry")
                 try:
                     result, written = self._commit_in(conn, commit)
+                except _Landed as landed:
+                    conn.execute("ROLLBACK TO SAVEPOINT statewise_entry")
+                    conn.execute("RELEASE SAVEPOINT statewise_entry")
+                    outcomes.append(landed.result)
+                    continue
                 except Exception as exc:
                     conn.execute("ROLLBACK TO SAVEPOINT statewise_entry")
                     conn.execute("RELEASE SAVEPOINT statewise_entry")
@@ -212,70 +207,7 @@ class SqliteCommits(SqliteReads):
             raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
         if large >= self._wal_pages_bytes:
             self._restart_wal()
-        for outcome in outcomes:
-            if isinstance(outcome, CommitResult) and not outcome.replayed:
-                self._note_last_seq(session_id, outcome.last_seq)
         return outcomes
-
-    def _commit_in_one_statement(self, commit: Commit) -> CommitResult | None:
-        """`commit` landed through one statement (see `_sqlite_commit`), or None if it
-        must take the statement-by-statement path (nothing was written then)."""
-        now = time.time()
-        session_id = commit.session.session_id
-        at_seq = self._last_seqs.get(session_id, -1)
-        values = _sqlite_commit.commit_rows(commit, now, event_text, LARGE_VALUE, at_seq)
-        if values is None:
-            return None
-        conn = self._writing_conn()
-        with self._write_lock:
-            self._check_file()
-            last_seq = self._send_one_statement(conn, values, len(commit.events))
-            if last_seq is None:
-                return None
-            self._note_last_seq(session_id, last_seq)
-        return applied_result(commit, last_seq, now)
-
-    def _send_one_statement(
-        self, conn: sqlite3.Connection, values: list[Any], n_events: int
-    ) -> int | None:
-        """The session's last sequence number once the statement of `values` landed, or
-        None if it wrote nothing and the commit must take the statement-by-statement path.
-        Raises DatabaseUnavailableError when the database stayed busy."""
-        sql = _sqlite_commit.insert_sql(self.table_prefix, len(values) // _sqlite_commit.WIDTH)
-        at_seq = values[_sqlite_commit.AT_SEQ]
-        try:
-            if not getattr(self._local, "one_statement", False):
-                # (after the migrations: ALTER TABLE checks temporary triggers too)
-                conn.executescript(_sqlite_commit.temp_schema(self.table_prefix))
-                self._local.one_statement = True
-            try:
-                conn.execute(sql, values)
-            except sqlite3.IntegrityError as exc:
-                if at_seq < 0 or str(exc) != _sqlite_commit.SEQUENCE_MOVED:
-                    raise
-                at_seq = values[_sqlite_commit.AT_SEQ] = -1  # another writer came between
-                conn.execute(sql, values)
-        except sqlite3.IntegrityError:
-            return None  # a trigger handed the commit over (or a row clashed): no write
-        except sqlite3.Error as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
-                raise self._busy(exc) from exc
-            return None  # nothing was written; the full path meets the cause and names it
-        if at_seq >= 0:
-            return int(at_seq) + n_events
-        try:
-            row = conn.execute(f"SELECT last_seq FROM {self.table_prefix}commit_out").fetchone()
-        except sqlite3.Error as exc:  # (it landed: a retry with its id is answered, not applied)
-            raise StorageError(f"SQLite commit to {self.db_file!r} failed: {exc}") from exc
-        return int(row[0])
-
-    def _note_last_seq(self, session_id: str, last_seq: int) -> None:
-        """Remember where a session's sequence numbers are after our commit to it, so the
-        next one-statement commit to it need not read that back (a few thousand sessions;
-        a wrong guess costs an aborted statement, never a wrong number)."""
-        if len(self._last_seqs) >= LAST_SEQS_KEPT:
-            self._last_seqs.clear()
-        self._last_seqs[session_id] = last_seq
 
     def _restart_wal(self) -> None:
         """Start the WAL over now, after a commit big enough to have filled it.
@@ -296,63 +228,27 @@ class SqliteCommits(SqliteReads):
         with contextlib.suppress(sqlite3.Error, DatabaseUnavailableError):
             self._write(rewrite_header)
 
-    def _landed(
-        self, conn: sqlite3.Connection, commit: Commit, last_seq: int
-    ) -> CommitResult | None:
-        """The stored result of `commit`'s id, if a commit with that id landed before.
-
-        An id is stored in the `commits` table (by a commit with no event, one whose id was
-        not greater than every id landed before it, and every commit of schema 6 and
-        before), or else in the row of its commit's last event. The ids stored in event
-        rows grow with the sequence numbers (each was greater than all before it), so they
-        are found by bisecting the session's events: a few short reads, not a scan."""
-        p = self.table_prefix
-        session_id = commit.session.session_id
-        wanted = commit.commit_id
+    def _landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
+        """The stored result of `commit`'s id, if a commit with that id landed before."""
         row = conn.execute(
-            f"SELECT result, created_at FROM {p}commits WHERE session_id = ? AND commit_id = ?",
-            (session_id, wanted),
+            f"SELECT result, created_at FROM {self.table_prefix}commits "
+            f"WHERE session_id = ? AND commit_id = ?",
+            (commit.session.session_id, commit.commit_id),
         ).fetchone()
-        if row is not None:
-            return decode_commit_result(commit, row[0], row[1])
-        first_stored = (
-            f"SELECT seq, commit_id, commit_result, created_at FROM {p}events "
-            f"WHERE session_id = ? AND seq >= ? AND seq <= ? AND commit_id IS NOT NULL "
-            f"ORDER BY seq LIMIT 1"
-        )
-        low, high = 1, last_seq
-        while low <= high:
-            middle = (low + high) // 2
-            found = conn.execute(first_stored, (session_id, middle, high)).fetchone()
-            if found is None or found[1] > wanted:
-                high = middle - 1  # (no id stored from `middle` on is `wanted` or before it)
-            elif found[1] < wanted:
-                low = found[0] + 1
-            else:
-                return decode_commit_result(commit, found[2], found[3])
-        return None
+        return decode_commit_result(commit, row[0], row[1]) if row is not None else None
 
-    def _session_for(
-        self, conn: sqlite3.Connection, commit: Commit, now: float
-    ) -> tuple[int, bool] | CommitResult:
-        """Create or advance the commit's session row: the session's last sequence number
-        after this commit, and whether the commit's id goes in its last event's row; or the
-        stored result of the commit, if its id landed before (nothing is written then).
-
-        The session row keeps the greatest commit id landed. An id greater than it has
-        never landed, so the UPDATE that advances the session also tells that, and a
-        commit whose id is new (ids are made in time order) looks nothing up. Any other id
-        (a retry, or ids not made in order) is looked up (`_landed`)."""
+    def _session_for(self, conn: sqlite3.Connection, commit: Commit, now: float) -> tuple[int, int]:
+        """Create or advance the commit's session row: the session's key, and its last
+        sequence number after this commit."""
         p = self.table_prefix
         session = commit.session
         n_events = len(commit.events)
-        commit_id = commit.commit_id
         if commit.create_session:
             try:
-                conn.execute(
+                row = conn.execute(
                     f"INSERT INTO {p}sessions (session_id, user_id, app_name, kind, "
-                    f"created_at, updated_at, last_seq, metadata, max_commit) "
-                    f"VALUES (?,?,?,?,?,?,?,?,?)",
+                    f"created_at, updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?) "
+                    f"RETURNING session_key, last_seq",
                     (
                         session.session_id,
                         session.user_id,
@@ -362,42 +258,22 @@ class SqliteCommits(SqliteReads):
                         now,
                         n_events,
                         _codec.dumps(session.metadata),
-                        commit_id,
                     ),
-                )
+                ).fetchone()
             except sqlite3.IntegrityError as exc:
-                if commit_id:
-                    landed = self._landed_in_session(conn, commit)
-                    if landed is not None:
-                        return landed
+                landed = self._landed(conn, commit) if commit.commit_id else None
+                if landed is not None:
+                    raise _Landed(landed) from None
                 raise VersionConflict(f"session {session.session_id!r}", 0, None) from exc
-            return n_events, bool(commit_id)
-        if commit_id:
+        else:
             row = conn.execute(
-                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ?, "
-                f"max_commit = ? WHERE session_id = ? AND max_commit < ? RETURNING last_seq",
-                (n_events, now, commit_id, session.session_id, commit_id),
+                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
+                f"WHERE session_id = ? RETURNING session_key, last_seq",
+                (n_events, now, session.session_id),
             ).fetchone()
-            if row is not None:
-                return row[0], True
-            landed = self._landed_in_session(conn, commit)
-            if landed is not None:
-                return landed
-        row = conn.execute(
-            f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
-            f"WHERE session_id = ? RETURNING last_seq",
-            (n_events, now, session.session_id),
-        ).fetchone()
-        if row is None:
-            raise VersionConflict(f"session {session.session_id!r}", 1, None)
-        return row[0], False
-
-    def _landed_in_session(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
-        found = conn.execute(
-            f"SELECT last_seq FROM {self.table_prefix}sessions WHERE session_id = ?",
-            (commit.session.session_id,),
-        ).fetchone()
-        return self._landed(conn, commit, found[0]) if found is not None else None
+            if row is None:
+                raise VersionConflict(f"session {session.session_id!r}", 1, None)
+        return row[0], row[1]
 
     def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> tuple[CommitResult, int]:
         """Apply `commit`; its result, and the length of the large texts it wrote."""
@@ -405,11 +281,30 @@ class SqliteCommits(SqliteReads):
         now = time.time()
         session = commit.session
         n_events = len(commit.events)
-        advanced = self._session_for(conn, commit, now)
-        if isinstance(advanced, CommitResult):
-            return advanced, 0
-        last_seq, id_in_event = advanced
-        versions: dict[ScopeKey, int] = {}
+        session_key, last_seq = self._session_for(conn, commit, now)
+        versions = {write.key: write.base_version + 1 for write in commit.writes}
+        if any(version >= KEY_SPAN for version in versions.values()):
+            # (its delta's key would fall in the next scope's range)
+            raise StorageError(f"a scope of session {session.session_id!r} is out of versions")
+        if commit.commit_id:
+            # The id before the changes: an id that landed before fails here, and the
+            # caller rolls back what the session row took (`_Landed`).
+            try:
+                conn.execute(
+                    f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
+                    f"VALUES (?,?,?,?)",
+                    (
+                        session.session_id,
+                        commit.commit_id,
+                        encode_commit_result(versions, last_seq, n_events),
+                        now,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                landed = self._landed(conn, commit)
+                if landed is None:
+                    raise
+                raise _Landed(landed) from None
         large = 0
         for write in commit.writes:
             key = write.key
@@ -423,10 +318,10 @@ class SqliteCommits(SqliteReads):
                 )
             updated = conn.execute(
                 f"UPDATE {p}scopes SET version = ?, tail_bytes = tail_bytes + ?, updated_at = ? "
-                f"WHERE kind = ? AND scope_id = ? AND version = ?",
+                f"WHERE kind = ? AND scope_id = ? AND version = ? RETURNING scope_key",
                 (new_version, write.delta_bytes, now, key.kind, key.id, write.base_version),
-            ).rowcount
-            if updated != 1:
+            ).fetchone()
+            if updated is None:
                 actual = conn.execute(
                     f"SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?",
                     (key.kind, key.id),
@@ -435,10 +330,11 @@ class SqliteCommits(SqliteReads):
             large += _insert_rows(
                 conn,
                 f"{p}deltas",
-                "kind, scope_id, version, session_id, run_id, step, segments, conflicts, "
-                "created_at",
+                "delta_key, kind, scope_id, version, session_id, run_id, step, segments, "
+                "conflicts, created_at",
                 [
                     (
+                        updated[0] * KEY_SPAN + new_version,
                         key.kind,
                         key.id,
                         new_version,
@@ -450,8 +346,8 @@ class SqliteCommits(SqliteReads):
                         now,
                     )
                 ],
-                (6, 7),
-                (7,),
+                (7, 8),
+                (8,),
             )
             text = write.snapshot_text
             if text is not None:
@@ -464,41 +360,29 @@ class SqliteCommits(SqliteReads):
                 )
                 conn.execute(
                     f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-                    f"tail_bytes = 0 WHERE kind = ? AND scope_id = ?",
-                    (new_version, len(text), key.kind, key.id),
+                    f"tail_bytes = 0 WHERE scope_key = ?",
+                    (new_version, len(text), updated[0]),
                 )
-            versions[key] = new_version
         first_seq = last_seq - n_events + 1
-        stored = encode_commit_result(versions, last_seq, n_events) if commit.commit_id else ""
         if commit.events:
             rows: list[tuple[Any, ...]] = [
                 (
+                    session_key,
                     session.session_id,
                     first_seq + i,
                     event.run_id,
                     event.type,
                     event_text(event, commit.writes),
                     now,
-                    "",
-                    "",
                 )
                 for i, event in enumerate(commit.events)
             ]
-            if id_in_event:
-                rows[-1] = (*rows[-1][:6], commit.commit_id, stored)
             large += _insert_rows(
                 conn,
                 f"{p}events",
-                "session_id, seq, run_id, type, data, created_at, commit_id, commit_result",
+                "session_key, session_id, seq, run_id, type, data, created_at",
                 rows,
-                (4,),
-                (6, 7),
-            )
-        if stored and not (id_in_event and commit.events):
-            conn.execute(
-                f"INSERT INTO {p}commits (session_id, commit_id, result, created_at) "
-                f"VALUES (?,?,?,?)",
-                (session.session_id, commit.commit_id, stored, now),
+                (5,),
             )
         if commit.run is not None:
             run = commit.run

@@ -22,7 +22,13 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
-from statewise.db.sqlite._schema import DELTA_REFERENCE, SqliteBase, listed
+from statewise.db.sqlite._schema import (
+    DELTA_REFERENCE,
+    KEY_SPAN,
+    SqliteBase,
+    listed,
+    row_key,
+)
 from statewise.exceptions import (
     CorruptRecordError,
 )
@@ -39,6 +45,31 @@ def _probe_sql(p: str, scopes: int) -> str:
         f"SELECT s.session_id, s.user_id, s.app_name, s.kind, s.created_at, s.updated_at, "
         f"s.last_seq, s.metadata{versions} FROM (SELECT ? AS id) AS wanted "
         f"LEFT JOIN {p}sessions AS s ON s.session_id = wanted.id"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _events_sql(p: str) -> str:
+    """A session's events, found by its key (the index on (session_key, seq))."""
+    return (
+        f"SELECT seq, run_id, type, data, created_at FROM {p}events "
+        f"WHERE session_key = (SELECT session_key FROM {p}sessions WHERE session_id = ?)"
+    )
+
+
+def _in_span(version: Any) -> bool:
+    """Whether `version` can be a delta's (else its key would name another scope's row)."""
+    return isinstance(version, int) and 0 < version < KEY_SPAN
+
+
+@functools.lru_cache(maxsize=8)
+def _deltas_sql(p: str) -> str:
+    """A scope's deltas between two versions: a range of the deltas table's own keys (see
+    `row_key`), found from the scope's key."""
+    scope = f"(SELECT scope_key FROM {p}scopes WHERE kind = ? AND scope_id = ?)"
+    return (
+        f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
+        f"FROM {p}deltas WHERE delta_key BETWEEN {row_key(scope, '?')} AND {row_key(scope, '?')}"
     )
 
 
@@ -95,14 +126,14 @@ class SqliteReads(SqliteBase):
             # One read transaction per scope so snapshot and deltas agree with the version.
             with _one_read(conn):
                 row = conn.execute(
-                    f"SELECT version, snapshot_version, snapshot_bytes, tail_bytes "
+                    f"SELECT scope_key, version, snapshot_version, snapshot_bytes, tail_bytes "
                     f"FROM {p}scopes WHERE kind = ? AND scope_id = ?",
                     (key.kind, key.id),
                 ).fetchone()
                 if row is None:
                     result[key] = ScopeState(key=key)
                     continue
-                version, snapshot_version, snapshot_bytes, tail_bytes = row
+                scope_key, version, snapshot_version, snapshot_bytes, tail_bytes = row
                 snapshot_text = None
                 if snapshot_version:
                     found = conn.execute(
@@ -111,10 +142,11 @@ class SqliteReads(SqliteBase):
                         (key.kind, key.id, snapshot_version),
                     ).fetchone()
                     snapshot_text = found[0] if found else None
+                first = scope_key * KEY_SPAN
                 deltas = conn.execute(
                     f"SELECT version, segments FROM {p}deltas "
-                    f"WHERE kind = ? AND scope_id = ? AND version > ? ORDER BY version",
-                    (key.kind, key.id, snapshot_version),
+                    f"WHERE delta_key BETWEEN ? AND ? ORDER BY delta_key",
+                    (first + snapshot_version + 1, first + KEY_SPAN - 1),
                 ).fetchall()
             result[key] = replayed_scope(
                 key, version, snapshot_version, snapshot_bytes, tail_bytes, snapshot_text, deltas
@@ -129,16 +161,12 @@ class SqliteReads(SqliteBase):
         upto_version: int | None = None,
         limit: int | None = None,
     ) -> list[DeltaRecord]:
-        p = self.table_prefix
-        sql = (
-            f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
-            f"FROM {p}deltas WHERE kind = ? AND scope_id = ? AND version > ?"
-        )
-        params: list[Any] = [key.kind, key.id, after_version]
-        if upto_version is not None:
-            sql += " AND version <= ?"
-            params.append(upto_version)
-        sql += " ORDER BY version"
+        sql = _deltas_sql(self.table_prefix)
+        # (clamped into the scope's own range of delta keys)
+        low = min(max(after_version + 1, 0), KEY_SPAN)
+        high = KEY_SPAN - 1 if upto_version is None else min(max(upto_version, -1), KEY_SPAN - 1)
+        params: list[Any] = [key.kind, key.id, low, key.kind, key.id, high]
+        sql += " ORDER BY delta_key"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
@@ -168,10 +196,7 @@ class SqliteReads(SqliteBase):
         types: Sequence[str] | None = None,
         run_id: str | None = None,
     ) -> list[EventRecord]:
-        sql = (
-            f"SELECT seq, run_id, type, data, created_at FROM {self.table_prefix}events "
-            f"WHERE session_id = ?"
-        )
+        sql = _events_sql(self.table_prefix)
         params: list[Any] = [session_id]
         if after is not None:
             sql += " AND seq > ?"
@@ -229,10 +254,12 @@ class SqliteReads(SqliteBase):
         self, conn: sqlite3.Connection, session_id: str, seq: int, data: dict[str, Any]
     ) -> list[dict[str, Any]]:
         """The segments of the delta a `state_delta` event refers to (see `event_text`)."""
+        p = self.table_prefix
+        scope = f"(SELECT scope_key FROM {p}scopes WHERE kind = ? AND scope_id = ?)"
+        version = data.get("version")
         row = conn.execute(
-            f"SELECT segments FROM {self.table_prefix}deltas "
-            f"WHERE kind = ? AND scope_id = ? AND version = ?",
-            (data.get("scope"), data.get("scope_id"), data.get("version")),
+            f"SELECT segments FROM {p}deltas WHERE delta_key = {row_key(scope, '?')}",
+            (data.get("scope"), data.get("scope_id"), version if _in_span(version) else 0),
         ).fetchone()
         if row is None:
             raise CorruptRecordError(

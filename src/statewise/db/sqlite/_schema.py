@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise._workers import Workers, run_blocking
-from statewise.db import _codec, _sqlite_retention
+from statewise.db import _codec
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
@@ -228,10 +228,133 @@ def _migrations(p: str) -> list[str]:
         f"""
         ALTER TABLE {p}sessions ADD COLUMN listed_at INTEGER NOT NULL DEFAULT 0;
         UPDATE {p}sessions SET listed_at = {listed("updated_at")};
+        DROP INDEX IF EXISTS {p}sessions_of_user;
+        """
+        + _session_listing(p),
+        # 9: each compacted session's retained horizon (see `statewise.db.retention`), in a
+        # table of its own (not a column of `sessions`), so the commit path, which never
+        # reads a horizon, writes no wider a row.
+        f"""
+        CREATE TABLE IF NOT EXISTS {p}horizons (
+            session_id TEXT PRIMARY KEY,
+            version INTEGER NOT NULL,
+            before REAL NOT NULL,
+            ids_before REAL NOT NULL
+        ) WITHOUT ROWID;
+        """,
+        # 10: every commit id in `commits`, and small integer keys. Each session and each
+        # scope gets a key of its own (`session_key`, `scope_key`: INTEGER PRIMARY KEYs,
+        # which VACUUM keeps). Events stay in the order they were written (a commit
+        # appends them at the table's end, where SQLite splits no page) and are found by
+        # a unique index on (session_key, seq), whose entries are a few bytes instead of
+        # a session id's text. A delta's rowid is `row_key(scope_key, version)`: deltas
+        # are ordered as they are read, with no key index beside them to write. (Events
+        # ordered the same way measured worse with many sessions: each commit then inserts
+        # large rows in the middle of the table, and every page split there rewrites
+        # several.) Ids kept in their last event's row (schema 7) move into `commits`,
+        # where every id is found by one lookup; the session row no longer keeps the
+        # greatest. A statewise that looks ids up in event rows, or rows up by the old
+        # indexes, must refuse the database.
+        f"""
+        CREATE TABLE {p}sessions_keyed (
+            session_key INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL UNIQUE,
+            user_id TEXT,
+            app_name TEXT,
+            kind TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            listed_at INTEGER NOT NULL DEFAULT 0
+        );
+        INSERT INTO {p}sessions_keyed (session_key, session_id, user_id, app_name, kind,
+            created_at, updated_at, last_seq, metadata, listed_at)
+            SELECT rowid, session_id, user_id, app_name, kind, created_at, updated_at,
+                last_seq, metadata, listed_at FROM {p}sessions ORDER BY rowid;
+        INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at)
+            SELECT session_id, commit_id, commit_result, created_at FROM {p}events
+            WHERE commit_id IS NOT NULL;
+        CREATE TABLE {p}events_keyed (
+            session_key INTEGER NOT NULL,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        INSERT INTO {p}events_keyed (rowid, session_key, session_id, seq, run_id, type, data,
+            created_at)
+            SELECT e.rowid, s.session_key, e.session_id, e.seq, e.run_id, e.type, e.data,
+                e.created_at
+            FROM {p}events AS e JOIN {p}sessions_keyed AS s ON s.session_id = e.session_id
+            ORDER BY e.rowid;
+        DROP TABLE {p}events;
+        ALTER TABLE {p}events_keyed RENAME TO {p}events;
+        CREATE UNIQUE INDEX {p}events_by_key ON {p}events (session_key, seq);
+        DROP TABLE {p}sessions;
+        ALTER TABLE {p}sessions_keyed RENAME TO {p}sessions;
+        CREATE TABLE {p}scopes_keyed (
+            scope_key INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            snapshot_version INTEGER NOT NULL DEFAULT 0,
+            snapshot_bytes INTEGER NOT NULL DEFAULT 0,
+            tail_bytes INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL NOT NULL,
+            UNIQUE (kind, scope_id)
+        );
+        INSERT INTO {p}scopes_keyed (kind, scope_id, version, snapshot_version,
+            snapshot_bytes, tail_bytes, updated_at)
+            SELECT kind, scope_id, version, snapshot_version, snapshot_bytes, tail_bytes,
+                updated_at FROM {p}scopes ORDER BY kind, scope_id;
+        CREATE TABLE {p}deltas_keyed (
+            delta_key INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            scope_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            session_id TEXT,
+            run_id TEXT,
+            step INTEGER,
+            segments TEXT NOT NULL,
+            conflicts TEXT,
+            created_at REAL NOT NULL
+        );
+        INSERT INTO {p}deltas_keyed (delta_key, kind, scope_id, version, session_id, run_id,
+            step, segments, conflicts, created_at)
+            SELECT {row_key("s.scope_key", "d.version")}, d.kind, d.scope_id, d.version,
+                d.session_id, d.run_id, d.step, d.segments, d.conflicts, d.created_at
+            FROM {p}deltas AS d JOIN {p}scopes_keyed AS s
+                ON s.kind = d.kind AND s.scope_id = d.scope_id
+            ORDER BY 1;
+        DROP TABLE {p}deltas;
+        ALTER TABLE {p}deltas_keyed RENAME TO {p}deltas;
+        DROP TABLE {p}scopes;
+        ALTER TABLE {p}scopes_keyed RENAME TO {p}scopes;
+        """
+        + _session_listing(p),
+    ]
+
+
+KEY_SPAN = 1 << 32
+"""Versions one scope's range of delta rowids holds: scope k's delta at `version` has the
+rowid `k * KEY_SPAN + version` (see `row_key`)."""
+
+
+def row_key(owner_key: str, n: str) -> str:
+    """SQL of the rowid of the delta at version `n` (an SQL expression) of the scope whose
+    key is `owner_key` (another)."""
+    return f"({owner_key} * {KEY_SPAN} + {n})"
+
+
+def _session_listing(p: str) -> str:
+    """The indexes and triggers that keep sessions listed (see migration 8)."""
+    return f"""
         CREATE INDEX {p}sessions_listed ON {p}sessions (listed_at DESC, session_id);
         CREATE INDEX {p}sessions_of_user_listed
             ON {p}sessions (user_id, listed_at DESC, session_id);
-        DROP INDEX IF EXISTS {p}sessions_of_user;
         CREATE TRIGGER {p}sessions_listed_on_insert AFTER INSERT ON {p}sessions
             WHEN NEW.listed_at != {listed("NEW.updated_at")}
         BEGIN
@@ -244,10 +367,7 @@ def _migrations(p: str) -> list[str]:
             UPDATE {p}sessions SET listed_at = {listed("NEW.updated_at")}
                 WHERE rowid = NEW.rowid;
         END;
-        """,
-        # 9: each compacted session's retained horizon (see `statewise.db.retention`).
-        _sqlite_retention.migration(p),
-    ]
+        """
 
 
 def listed(updated_at: str) -> str:
@@ -330,7 +450,6 @@ class SqliteBase(BaseDb):
         self._thread: Workers | None = None
         self._closed = False
         self._identity: tuple[int, int] | None = None
-        self._last_seqs: dict[str, int] = {}
         if self.db_file != ":memory:":
             self._prepare_path(Path(self.db_file))
         self._migrate()

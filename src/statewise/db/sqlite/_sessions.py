@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from statewise.db import _codec, _sqlite_retention
+from statewise.db import _codec
 from statewise.db.base import (
     to_timestamp_cutoff,
     validate_id,
@@ -25,8 +25,9 @@ from statewise.db.retention import (
     CompactionPlan,
     Horizon,
 )
+from statewise.db.sqlite import _retention
 from statewise.db.sqlite._leases import SqliteLeases
-from statewise.db.sqlite._schema import listed
+from statewise.db.sqlite._schema import KEY_SPAN, listed, row_key
 from statewise.exceptions import (
     StorageError,
 )
@@ -47,22 +48,35 @@ class SqliteSessions(SqliteLeases):
         transaction; how many sessions there were."""
         p = self.table_prefix
         marks = ",".join("?" * len(ids))
-        found = conn.execute(f"DELETE FROM {p}sessions WHERE session_id IN ({marks})", ids).rowcount
-        for table in ("events", "runs", "commits", "run_leases", "horizons"):
+        keys = conn.execute(
+            f"DELETE FROM {p}sessions WHERE session_id IN ({marks}) RETURNING session_key", ids
+        ).fetchall()
+        scope_keys = conn.execute(
+            f"DELETE FROM {p}scopes WHERE kind = 'session' AND scope_id IN ({marks}) "
+            f"RETURNING scope_key",
+            ids,
+        ).fetchall()
+        conn.executemany(f"DELETE FROM {p}events WHERE session_key = ?", keys)
+        # Each scope's deltas are a range of rowids (see `row_key`).
+        conn.executemany(
+            f"DELETE FROM {p}deltas WHERE delta_key BETWEEN {row_key('?', '0')} "
+            f"AND {row_key('?', str(KEY_SPAN - 1))}",
+            [(key, key) for (key,) in scope_keys],
+        )
+        for table in ("runs", "commits", "run_leases", "horizons"):
             conn.execute(f"DELETE FROM {p}{table} WHERE session_id IN ({marks})", ids)
-        for table in ("deltas", "snapshots", "scopes"):
-            conn.execute(
-                f"DELETE FROM {p}{table} WHERE kind = 'session' AND scope_id IN ({marks})", ids
-            )
-        return int(found)
+        conn.execute(
+            f"DELETE FROM {p}snapshots WHERE kind = 'session' AND scope_id IN ({marks})", ids
+        )
+        return len(keys)
 
     def read_horizon(self, session_id: str) -> Horizon:
-        return _sqlite_retention.read_horizon(self._conn, self.table_prefix, session_id)
+        return _retention.read_horizon(self._conn, self.table_prefix, session_id)
 
     def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
         try:
             return self._write(
-                lambda conn: _sqlite_retention.write_compaction(conn, self.table_prefix, plan)
+                lambda conn: _retention.write_compaction(conn, self.table_prefix, plan)
             )
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite compaction in {self.db_file!r} failed: {exc}") from exc
@@ -113,9 +127,10 @@ class SqliteSessions(SqliteLeases):
 
         def write(conn: sqlite3.Connection) -> None:
             try:
-                conn.execute(
+                (session_key,) = conn.execute(
                     f"INSERT INTO {p}sessions (session_id, user_id, app_name, kind, created_at, "
-                    f"updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?)",
+                    f"updated_at, last_seq, metadata) VALUES (?,?,?,?,?,?,?,?) "
+                    f"RETURNING session_key",
                     (
                         session.session_id,
                         session.user_id,
@@ -126,18 +141,28 @@ class SqliteSessions(SqliteLeases):
                         session.last_seq,
                         _codec.dumps(session.metadata),
                     ),
-                )
+                ).fetchone()
             except sqlite3.IntegrityError as exc:
                 raise StorageError(
                     f"cannot import session {session.session_id!r}: it already exists"
                 ) from exc
-            version = 0
-            for delta in deltas:
-                version = max(version, delta.version)
-                conn.execute(
-                    f"INSERT INTO {p}deltas (kind, scope_id, version, session_id, run_id, "
-                    f"step, segments, conflicts, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            if deltas:
+                (scope_key,) = conn.execute(
+                    f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
+                    f"VALUES ('session', ?, ?, ?) RETURNING scope_key",
                     (
+                        session.session_id,
+                        max(delta.version for delta in deltas),
+                        session.updated_at,
+                    ),
+                ).fetchone()
+            for delta in deltas:
+                conn.execute(
+                    f"INSERT INTO {p}deltas (delta_key, kind, scope_id, version, session_id, "
+                    f"run_id, step, segments, conflicts, created_at) "
+                    f"VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        scope_key * KEY_SPAN + delta.version,
                         "session",
                         session.session_id,
                         delta.version,
@@ -149,17 +174,12 @@ class SqliteSessions(SqliteLeases):
                         delta.created_at,
                     ),
                 )
-            if deltas:
-                conn.execute(
-                    f"INSERT INTO {p}scopes (kind, scope_id, version, updated_at) "
-                    f"VALUES ('session', ?, ?, ?)",
-                    (session.session_id, version, session.updated_at),
-                )
             conn.executemany(
-                f"INSERT INTO {p}events (session_id, seq, run_id, type, data, created_at) "
-                f"VALUES (?,?,?,?,?,?)",
+                f"INSERT INTO {p}events (session_key, session_id, seq, run_id, type, data, "
+                f"created_at) VALUES (?,?,?,?,?,?,?)",
                 [
                     (
+                        session_key,
                         session.session_id,
                         e.seq,
                         e.run_id,

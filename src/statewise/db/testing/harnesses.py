@@ -124,16 +124,10 @@ class SqliteHarness(Harness):
         assert isinstance(db, SqliteDb)
         conn = sqlite3.connect(self.path)
         try:
-            counts = {
+            return {
                 name: conn.execute(sql, (session_id,)).fetchone()[0]
                 for name, sql in stored_rows_sql(db.table_prefix, "?").items()
             }
-            counts["commit_ids"] += conn.execute(  # (most ids live in their last event's row)
-                f"SELECT count(*) FROM {db.table_prefix}events "
-                f"WHERE session_id = ? AND commit_id IS NOT NULL",
-                (session_id,),
-            ).fetchone()[0]
-            return counts
         finally:
             conn.close()
 

@@ -1,6 +1,5 @@
 """SQLite's side of a compaction (see `statewise.db.retention`): the statements that
-apply a planned compaction inside the caller's write transaction, and the schema that
-records each session's horizon."""
+apply a planned compaction inside the caller's write transaction."""
 
 from __future__ import annotations
 
@@ -14,25 +13,9 @@ from statewise.db.retention import (
     Horizon,
     forgets,
 )
+from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, row_key
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
-
-DELTA_REFERENCE = "@"
-"""How SQLite stores a `state_delta` event that refers to its delta (`sqlite._event_text`;
-the two must agree, a test checks)."""
-
-
-def migration(p: str) -> str:
-    """A table of its own (not a column of `sessions`), so the commit path, which never
-    reads a horizon, writes no wider a row."""
-    return f"""
-        CREATE TABLE IF NOT EXISTS {p}horizons (
-            session_id TEXT PRIMARY KEY,
-            version INTEGER NOT NULL,
-            before REAL NOT NULL,
-            ids_before REAL NOT NULL
-        ) WITHOUT ROWID;
-        """
 
 
 def read_horizon(conn: sqlite3.Connection, p: str, session_id: str) -> Horizon:
@@ -49,25 +32,20 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     new = plan.new
     if read_horizon(conn, p, sid) != plan.old:
         return None
-    if conn.execute(f"SELECT 1 FROM {p}sessions WHERE session_id = ?", (sid,)).fetchone() is None:
+    row = conn.execute(f"SELECT session_key FROM {p}sessions WHERE session_id = ?", (sid,))
+    found = row.fetchone()
+    if found is None:
         return None
+    session_key = found[0]
     out = Compaction(session_id=sid, horizon=new)
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
-        _inline_kept_references(conn, p, sid, new, live_runs)
+        _inline_kept_references(conn, p, sid, session_key, new, live_runs)
         _fold(conn, p, sid, new.version, plan.snapshot, out)
-    removed_events = (
-        f"session_id = ? AND created_at <= ? AND (run_id IS NULL OR run_id NOT IN ({live_runs}))"
-    )
-    # Ids held in rows of events that go move to `commits` (and go below if old enough).
-    conn.execute(
-        f"INSERT OR IGNORE INTO {p}commits (session_id, commit_id, result, created_at) "
-        f"SELECT session_id, commit_id, commit_result, created_at FROM {p}events "
-        f"WHERE {removed_events} AND commit_id IS NOT NULL",
-        (sid, new.before, sid),
-    )
     out.events = conn.execute(
-        f"DELETE FROM {p}events WHERE {removed_events}", (sid, new.before, sid)
+        f"DELETE FROM {p}events WHERE session_key = ? AND created_at <= ? "
+        f"AND (run_id IS NULL OR run_id NOT IN ({live_runs}))",
+        (session_key, new.before, sid),
     ).rowcount
     out.runs = conn.execute(
         f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
@@ -99,19 +77,26 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
 
 
 def _inline_kept_references(
-    conn: sqlite3.Connection, p: str, sid: str, new: Horizon, live_runs: str
+    conn: sqlite3.Connection,
+    p: str,
+    sid: str,
+    session_key: int,
+    new: Horizon,
+    live_runs: str,
 ) -> None:
     """A kept `state_delta` event stored as a reference to a delta the fold deletes (a
     live run's, older than the horizon) gets the delta's segments written into it."""
+    scope = f"(SELECT scope_key FROM {p}scopes WHERE kind = 'session' AND scope_id = ?)"
+    delta = row_key(scope, "json_extract(substr(e.data, 2), '$.version')")
     rows = conn.execute(
         f"SELECT e.rowid, e.data, d.segments FROM {p}events AS e JOIN {p}deltas AS d "
-        f"ON d.kind = 'session' AND d.scope_id = ? "
-        f"AND d.version = json_extract(substr(e.data, 2), '$.version') "
-        f"WHERE e.session_id = ? AND e.type = 'state_delta' AND e.data LIKE ? "
+        f"ON d.delta_key = {delta} "
+        f"AND d.kind = 'session' AND d.scope_id = ? "
+        f"WHERE e.session_key = ? AND e.type = 'state_delta' AND e.data LIKE ? "
         f"AND json_extract(substr(e.data, 2), '$.scope') = 'session' "
         f"AND json_extract(substr(e.data, 2), '$.scope_id') = ? AND d.version <= ? "
         f"AND (e.created_at > ? OR e.run_id IN ({live_runs}))",
-        (sid, sid, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
+        (sid, sid, session_key, DELTA_REFERENCE + "%", sid, new.version, new.before, sid),
     ).fetchall()
     for rowid, data, segments in rows:
         inlined = _codec.loads(data[len(DELTA_REFERENCE) :])
@@ -126,19 +111,24 @@ def _fold(
 ) -> None:
     """Make the snapshot at `version` the scope's base and delete what it replaces."""
     scope = "kind = 'session' AND scope_id = ?"
-    row = conn.execute(f"SELECT snapshot_version FROM {p}scopes WHERE {scope}", (sid,)).fetchone()
+    row = conn.execute(
+        f"SELECT scope_key, snapshot_version FROM {p}scopes WHERE {scope}", (sid,)
+    ).fetchone()
     if row is None:
         return
-    if row[0] < version:
+    scope_key, snapshot_version = row
+    # The scope's deltas are the rowids of its range (see `row_key`).
+    first = scope_key * KEY_SPAN
+    if snapshot_version < version:
         folded = conn.execute(
             f"SELECT coalesce(sum(length(segments)), 0) FROM {p}deltas "
-            f"WHERE {scope} AND version > ? AND version <= ?",
-            (sid, row[0], version),
+            f"WHERE delta_key BETWEEN ? AND ?",
+            (first + snapshot_version + 1, first + version),
         ).fetchone()[0]
         conn.execute(
             f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-            f"tail_bytes = max(0, tail_bytes - ?) WHERE {scope}",
-            (version, len(snapshot), folded, sid),
+            f"tail_bytes = max(0, tail_bytes - ?) WHERE scope_key = ?",
+            (version, len(snapshot), folded, scope_key),
         )
     conn.execute(
         f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES ('session', ?, ?, ?) "
@@ -146,7 +136,7 @@ def _fold(
         (sid, version, snapshot),
     )
     out.deltas = conn.execute(
-        f"DELETE FROM {p}deltas WHERE {scope} AND version <= ?", (sid, version)
+        f"DELETE FROM {p}deltas WHERE delta_key BETWEEN ? AND ?", (first, first + version)
     ).rowcount
     out.snapshots = conn.execute(
         f"DELETE FROM {p}snapshots WHERE {scope} AND version < ?", (sid, version)

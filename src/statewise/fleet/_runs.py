@@ -32,6 +32,7 @@ from statewise.agent.session_owner import SessionOwner
 from statewise.exceptions import ConfigurationError
 from statewise.fleet._names import RUN_WORKFLOW
 from statewise.run.checkpoints import Outcome
+from statewise.run.sync import can_leave_loop, outside_loop
 from statewise.workflow import Workflow
 
 log = logging.getLogger("statewise.fleet")
@@ -65,7 +66,10 @@ class DbosCommitPoints:
     replays its completed points this way, and goes on after them."""
 
     async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
-        outcome: Outcome = await DBOS.run_step_async(StepOptions(name=_point_name(point)), body)
+        options = StepOptions(name=_point_name(point))
+        if can_leave_loop():
+            return await outside_loop(lambda run: DBOS.run_step(options, run), body)
+        outcome: Outcome = await DBOS.run_step_async(options, body)
         return outcome
 
 

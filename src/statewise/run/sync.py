@@ -14,12 +14,13 @@ import contextlib
 import contextvars
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Generic, TypeVar
 
 from statewise.db.base import mark_private_loop, unmark_private_loop
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _local = threading.local()
 
@@ -64,11 +65,15 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
     session) happens before the exception propagates.
     """
     token = mark_private_loop()
+    outer: list[_Paused[Any]] | None = getattr(_local, "paused", None)
+    _local.paused = paused = []
     try:
         task = loop.create_task(_stopping(loop, coro))
         try:
             while not task.done():  # (a stop left over from an interrupted call: go on)
                 loop.run_forever()
+                while paused:
+                    paused.pop(0).run(loop)
             return task.result()
         except BaseException:
             if not task.done():
@@ -77,7 +82,52 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
                     loop.run_until_complete(task)
             raise
     finally:
+        _local.paused = outer
         unmark_private_loop(token)
+
+
+class _Paused(Generic[R]):
+    """A call `outside_loop` hands to the thread driving the run's private loop."""
+
+    def __init__(
+        self,
+        call: Callable[[Callable[[], R]], R],
+        body: Callable[[], Coroutine[Any, Any, R]],
+        future: asyncio.Future[R],
+    ) -> None:
+        self.call, self.body, self.future = call, body, future
+
+    def run(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            result = self.call(lambda: loop.run_until_complete(self.body()))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+
+def can_leave_loop() -> bool:
+    """Whether this coroutine runs on a private loop that `outside_loop` can pause."""
+    return getattr(_local, "paused", None) is not None and _in_running_loop()
+
+
+async def outside_loop(
+    call: Callable[[Callable[[], T]], T], body: Callable[[], Coroutine[Any, Any, T]]
+) -> T:
+    """`call(run_body)` on the thread that drives this private loop, with the loop paused
+    (not running) meanwhile; `run_body()` runs `body()` to completion on the loop.
+
+    For a blocking API that refuses to run inside a running loop and wraps code of ours
+    (a durable engine's synchronous step around a commit point): it runs on this thread,
+    with no hop to another thread and back. The loop is private to one run (see
+    `on_private_loop`), so pausing it keeps nothing else waiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    _local.paused.append(_Paused(call, body, future))
+    loop.stop()  # run_forever returns after this turn, to `_run_private`
+    return await future
 
 
 async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

@@ -63,7 +63,14 @@ class DbosCommitPoints:
 
     DBOS numbers a workflow's steps in the order they run and, entering one, returns the
     outcome an earlier execution recorded for it instead of running it: a recovered run
-    replays its completed points this way, and goes on after them."""
+    replays its completed points this way, and goes on after them.
+
+    Each point is a synchronous DBOS step, taken on the worker thread that runs the DBOS
+    workflow while the run's private loop waits (`run.sync.outside_loop`): DBOS looks the
+    step up, the loop runs the point's body, DBOS records its outcome, all on one thread.
+    An asynchronous step would do the same with three hops to DBOS's thread pool and back
+    (the lookup, an empty stage, the recording) for every point. From a loop that cannot
+    be paused (not one of `run.sync`'s), the point is an asynchronous step."""
 
     async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
         options = StepOptions(name=_point_name(point))

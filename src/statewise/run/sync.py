@@ -66,14 +66,19 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
     """
     token = mark_private_loop()
     outer: list[_Paused[Any]] | None = getattr(_local, "paused", None)
-    _local.paused = paused = []
+    paused: list[_Paused[Any]] = []
+    _local.paused = paused
     try:
         task = loop.create_task(_stopping(loop, coro))
         try:
             while not task.done():  # (a stop left over from an interrupted call: go on)
                 loop.run_forever()
                 while paused:
-                    paused.pop(0).run(loop)
+                    _local.paused = None  # (a call made from inside it cannot pause it)
+                    try:
+                        paused.pop(0).run(loop)
+                    finally:
+                        _local.paused = paused
             return task.result()
         except BaseException:
             if not task.done():

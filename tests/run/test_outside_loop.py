@@ -5,6 +5,7 @@ loop paused, and the coroutine runs on that same loop; no other thread takes par
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable
 
@@ -63,3 +64,46 @@ def test_a_loop_it_cannot_pause_says_so() -> None:
         return await outside_loop(lambda run_body: run_body(), inner)
 
     assert run_sync(nested()) is False
+
+
+_run_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_var", default="unset")
+_call_var: contextvars.ContextVar[str] = contextvars.ContextVar("call_var", default="unset")
+
+
+def test_the_body_sees_the_runs_context_and_the_calls() -> None:
+    """As if awaited in the run's task: what the run set before is there, what the body
+    sets stays after it; and what the call set up around the body (an engine's step
+    context) is there while it runs."""
+
+    def blocking_step(run_body: Callable[[], str]) -> str:
+        token = _call_var.set("step context")
+        try:
+            return run_body()
+        finally:
+            _call_var.reset(token)
+
+    async def body() -> str:
+        seen = f"{_run_var.get()} / {_call_var.get()}"
+        _run_var.set("set by the body")
+        return seen
+
+    async def run() -> tuple[str, str, str]:
+        _run_var.set("set by the run")
+        seen = await outside_loop(blocking_step, body)
+        return seen, _run_var.get(), _call_var.get()
+
+    assert run_sync(run()) == ("set by the run / step context", "set by the body", "unset")
+
+
+def test_a_call_that_has_its_answer_never_runs_the_body() -> None:
+    ran: list[bool] = []
+
+    async def body() -> str:
+        ran.append(True)
+        return "fresh"
+
+    async def run() -> str:
+        return await outside_loop(lambda run_body: "recorded", body)
+
+    assert run_sync(run()) == "recorded"
+    assert ran == []

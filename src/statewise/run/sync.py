@@ -76,7 +76,7 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
                 while paused:
                     _local.paused = None  # (a call made from inside it cannot pause it)
                     try:
-                        paused.pop(0).run(loop)
+                        paused.pop(0).run()
                     finally:
                         _local.paused = paused
             return task.result()
@@ -92,25 +92,45 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
 
 
 class _Paused(Generic[R]):
-    """A call `outside_loop` hands to the thread driving the run's private loop."""
+    """A blocking call that `outside_loop` hands to the thread driving a private loop."""
 
     def __init__(
-        self,
-        call: Callable[[Callable[[], R]], R],
-        body: Callable[[], Coroutine[Any, Any, R]],
-        future: asyncio.Future[R],
+        self, loop: asyncio.AbstractEventLoop, call: Callable[[Callable[[], R]], R]
     ) -> None:
-        self.call, self.body, self.future = call, body, future
+        self.loop, self.call = loop, call
+        # What the call set up around the body (its context variables), once it asks for
+        # the body; None when it ended without asking.
+        self.gate: asyncio.Future[list[tuple[Any, Any]] | None] = loop.create_future()
+        self.ran: asyncio.Future[R] = loop.create_future()  # the body's result, for the call
+        self.result: asyncio.Future[R] = loop.create_future()  # what the call returned
+        self.before = contextvars.Context()
 
-    def run(self, loop: asyncio.AbstractEventLoop) -> None:
+    def run(self) -> None:
+        """Make the call, the loop not running: only the body runs the loop again."""
+        self.before = contextvars.copy_context()
         try:
-            result = self.call(lambda: loop.run_until_complete(self.body()))
+            value = self.call(self.run_body)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            self.future.set_exception(exc)
+            self._end()
+            self.result.set_exception(exc)
         else:
-            self.future.set_result(result)
+            self._end()
+            self.result.set_result(value)
+
+    def run_body(self) -> R:
+        """The call's way to run the body: the run's own task runs it on the loop."""
+        after = contextvars.copy_context()
+        changed = [
+            (var, value) for var, value in after.items() if self.before.get(var) is not value
+        ]
+        self.gate.set_result(changed)
+        return self.loop.run_until_complete(self.ran)
+
+    def _end(self) -> None:
+        if not self.gate.done():
+            self.gate.set_result(None)  # (it had an outcome without the body: a replay)
 
 
 def can_leave_loop() -> bool:
@@ -122,17 +142,30 @@ async def outside_loop(
     call: Callable[[Callable[[], T]], T], body: Callable[[], Coroutine[Any, Any, T]]
 ) -> T:
     """`call(run_body)` on the thread that drives this private loop, with the loop paused
-    (not running) meanwhile; `run_body()` runs `body()` to completion on the loop.
+    (not running) meanwhile; `run_body()` returns what `body()` returns, run by this task.
 
     For a blocking API that refuses to run inside a running loop and wraps code of ours
     (a durable engine's synchronous step around a commit point): it runs on this thread,
     with no hop to another thread and back. The loop is private to one run (see
-    `on_private_loop`), so pausing it keeps nothing else waiting."""
+    `on_private_loop`), so pausing it keeps nothing else waiting. The body runs in this
+    task, as if awaited here, and sees the context variables the call set around it."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-    _local.paused.append(_Paused(call, body, future))
+    paused: _Paused[T] = _Paused(loop, call)
+    _local.paused.append(paused)
     loop.stop()  # run_forever returns after this turn, to `_run_private`
-    return await future
+    try:
+        changed = await paused.gate
+        if changed is not None:
+            tokens = [(var, var.set(value)) for var, value in changed]
+            try:
+                paused.ran.set_result(await body())
+            finally:
+                for var, token in reversed(tokens):
+                    var.reset(token)
+    except BaseException as exc:
+        if not paused.ran.done():
+            paused.ran.set_exception(exc)  # the call sees it (and raises it, or another)
+    return await paused.result
 
 
 async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from statewise.run.sync import can_leave_loop, outside_loop, run_sync
+from statewise.run.sync import outside_loop, run_sync
 
 
 def test_the_call_runs_on_the_driving_thread_with_the_loop_paused() -> None:
@@ -29,14 +29,13 @@ def test_the_call_runs_on_the_driving_thread_with_the_loop_paused() -> None:
         await asyncio.sleep(0)
         return 41
 
-    async def run() -> tuple[int, bool]:
-        assert can_leave_loop()
+    async def run() -> int:
         loop = asyncio.get_running_loop()
         result = await outside_loop(blocking_step, body)
         assert asyncio.get_running_loop() is loop
-        return result, can_leave_loop()
+        return result
 
-    assert run_sync(run()) == (42, True)
+    assert run_sync(run()) == 42
     assert seen == [("call", threading.current_thread()), ("body", threading.current_thread())]
 
 
@@ -52,18 +51,21 @@ def test_an_error_in_the_body_reaches_the_run() -> None:
 
 
 def test_a_loop_it_cannot_pause_says_so() -> None:
-    async def shared() -> bool:
-        return can_leave_loop()
+    async def body() -> int:
+        return 1
 
-    assert asyncio.run(shared()) is False
+    async def shared() -> int:
+        return await outside_loop(lambda run_body: run_body(), body)
 
-    async def nested() -> bool:
-        async def inner() -> bool:
-            return can_leave_loop()  # inside a paused call: the loop is not ours to pause
+    with pytest.raises(RuntimeError, match="run_sync"):
+        asyncio.run(shared())
 
-        return await outside_loop(lambda run_body: run_body(), inner)
+    async def nested() -> int:
+        # inside a paused call: the loop is not paused again
+        return await outside_loop(lambda run_body: run_body(), shared)
 
-    assert run_sync(nested()) is False
+    with pytest.raises(RuntimeError, match="run_sync"):
+        run_sync(nested())
 
 
 _run_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_var", default="unset")

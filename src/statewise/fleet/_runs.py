@@ -32,7 +32,7 @@ from statewise.agent.session_owner import SessionOwner
 from statewise.exceptions import ConfigurationError
 from statewise.fleet._names import RUN_WORKFLOW
 from statewise.run.checkpoints import Outcome
-from statewise.run.sync import can_leave_loop, outside_loop
+from statewise.run.sync import outside_loop
 from statewise.workflow import Workflow
 
 log = logging.getLogger("statewise.fleet")
@@ -69,15 +69,12 @@ class DbosCommitPoints:
     workflow while the run's private loop waits (`run.sync.outside_loop`): DBOS looks the
     step up, the loop runs the point's body, DBOS records its outcome, all on one thread.
     An asynchronous step would do the same with three hops to DBOS's thread pool and back
-    (the lookup, an empty stage, the recording) for every point. From a loop that cannot
-    be paused (not one of `run.sync`'s), the point is an asynchronous step."""
+    (the lookup, an empty stage, the recording) for every point. (`Agent.run_durably`
+    always runs its run on such a private loop.)"""
 
     async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
         options = StepOptions(name=_point_name(point))
-        if can_leave_loop():
-            return await outside_loop(lambda run: DBOS.run_step(options, run), body)
-        outcome: Outcome = await DBOS.run_step_async(options, body)
-        return outcome
+        return await outside_loop(lambda run: DBOS.run_step(options, run), body)
 
 
 def _point_name(point: int) -> str:

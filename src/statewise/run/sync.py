@@ -133,11 +133,6 @@ class _Paused(Generic[R]):
             self.gate.set_result(None)  # (it had an outcome without the body: a replay)
 
 
-def can_leave_loop() -> bool:
-    """Whether this coroutine runs on a private loop that `outside_loop` can pause."""
-    return getattr(_local, "paused", None) is not None and _in_running_loop()
-
-
 async def outside_loop(
     call: Callable[[Callable[[], T]], T], body: Callable[[], Coroutine[Any, Any, T]]
 ) -> T:
@@ -150,8 +145,14 @@ async def outside_loop(
     `on_private_loop`), so pausing it keeps nothing else waiting. The body runs in this
     task, as if awaited here, and sees the context variables the call set around it."""
     loop = asyncio.get_running_loop()
+    handed: list[_Paused[Any]] | None = getattr(_local, "paused", None)
+    if handed is None:
+        raise RuntimeError(
+            "outside_loop pauses a loop that run_sync or iterate_sync drives, from a "
+            "coroutine it runs (not from a shared loop, nor from inside another such call)"
+        )
     paused: _Paused[T] = _Paused(loop, call)
-    _local.paused.append(paused)
+    handed.append(paused)
     loop.stop()  # run_forever returns after this turn, to `_run_private`
     try:
         changed = await paused.gate

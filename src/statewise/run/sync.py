@@ -114,10 +114,12 @@ class _Paused(Generic[R]):
             raise
         except BaseException as exc:
             self._end()
-            self.result.set_exception(exc)
+            if not self.result.done():  # (not if the run was cancelled meanwhile)
+                self.result.set_exception(exc)
         else:
             self._end()
-            self.result.set_result(value)
+            if not self.result.done():
+                self.result.set_result(value)
 
     def run_body(self) -> R:
         """The call's way to run the body: the run's own task runs it on the loop."""
@@ -125,7 +127,8 @@ class _Paused(Generic[R]):
         changed = [
             (var, value) for var, value in after.items() if self.before.get(var) is not value
         ]
-        self.gate.set_result(changed)
+        if not self.gate.done():  # (cancelled with the run: `ran` holds why)
+            self.gate.set_result(changed)
         return self.loop.run_until_complete(self.ran)
 
     def _end(self) -> None:

@@ -19,7 +19,7 @@ from statewise.run.events import (
 )
 from statewise.run.output import RunMetrics, RunOutput
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
-from statewise.state.gcpause import tune_collector
+from statewise.state.gcpause import collector_tuned, tune_collector
 from statewise.state.schema import Reducer, Secret
 from statewise.team import Team
 from statewise.tools import Function, MCPTools, Toolkit, tool
@@ -74,6 +74,7 @@ __all__ = [
     "Toolkit",
     "Workflow",
     "__version__",
+    "collector_tuned",
     "tool",
     "tune_collector",
 ]

@@ -1,6 +1,7 @@
 """Worker threads that async code hands blocking calls to: a database's I/O, a server's
 read, a sync tool. The bottom of the package: it imports nothing of statewise, so every
-layer can use it.
+layer can use it, and the one place that makes threads for them: `run_blocking` (I/O) and
+`run_user_code` (sync tools and hooks).
 
 A hop is a queue put and a `call_soon_threadsafe` back: the calling task waits on a plain
 asyncio future that the worker resolves. `loop.run_in_executor` / `asyncio.to_thread` /
@@ -11,7 +12,12 @@ ways, several times the CPU of a hop here under concurrent callers
 several hops.
 
 `Workers(size)` starts threads as calls arrive, up to `size`, and reuses idle ones. The
-caller's context variables travel with each call. A call whose caller was cancelled still
+caller's context variables travel with each call.
+
+This is the one place that decides where a blocking call runs. A loop that only a sync
+call drives (`agent.run()` runs its coroutine on one: see `mark_inline_loop`) runs every
+call inline: nobody else shares that loop, so there is no one to block, and a thread hop
+would only add latency. The layers above ask nothing; they hand blocking calls here. A call whose caller was cancelled still
 runs to its end (a thread cannot be interrupted), and its result is dropped. Threads are
 daemons; a forked child starts its own.
 """
@@ -57,6 +63,8 @@ class Workers:
         if self.closed:
             raise RuntimeError(f"the {self.name} threads are closed")
         loop = asyncio.get_running_loop()
+        if loop in _inline_loops:
+            return fn(*args, **kwargs)
         future: asyncio.Future[T] = loop.create_future()
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         with self._lock:
@@ -87,12 +95,14 @@ class Workers:
             except BaseException as exc:
                 outcome = (None, exc)
             del item, call
+            # Idle before the caller hears back: its next call then finds this thread
+            # instead of starting another one.
+            with self._lock:
+                self._idle += 1
             # (A closed loop raises RuntimeError: nobody waits for this call any more.)
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, *outcome)
             del future, outcome
-            with self._lock:
-                self._idle += 1
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -106,6 +116,24 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 _all: weakref.WeakSet[Workers] = weakref.WeakSet()
 
+_inline_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def mark_inline_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Declare that `loop` is driven by sync calls alone, one at a time: blocking calls
+    made on it run inline (see the module's docstring)."""
+    _inline_loops.add(loop)
+
+
+def runs_inline() -> bool:
+    """Whether a blocking call made here runs inline: on a loop a sync call drives. A
+    backend with two drivers (PostgreSQL's sync and async psycopg) asks it to pick one."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # (no loop: the caller is sync code, which blocks anyway)
+        return True
+    return loop in _inline_loops
+
 
 def _after_fork() -> None:
     for workers in list(_all):
@@ -113,3 +141,27 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+BLOCKING_THREADS = 40
+"""How many threads `run_blocking` uses (anyio's default for a server's sync routes)."""
+
+USER_CODE_THREADS = min(32, (os.cpu_count() or 1) + 4)
+"""How many threads `run_user_code` uses: as many as asyncio's default executor has,
+which tools ran in before."""
+
+_blocking = Workers(BLOCKING_THREADS, "statewise-blocking")
+_user_code = Workers(USER_CODE_THREADS, "statewise-tool")
+
+
+async def run_blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` in a shared worker thread, for blocking calls made from an
+    event loop: a network database's I/O, a server's read. Every database of the process
+    and the server share these threads."""
+    return await _blocking.run(fn, *args, **kwargs)
+
+
+async def run_user_code(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` for a sync tool or tool hook, in threads of their own: slow
+    tools filling `run_blocking`'s threads would hold back every run's commits."""
+    return await _user_code.run(fn, *args, **kwargs)

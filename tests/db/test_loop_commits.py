@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from statewise._workers import BLOCKING_THREADS, run_blocking
 from statewise.db.base import BaseDb
 from statewise.db.store import SessionSpec, StateStore
-from statewise.db.threads import BLOCKING_THREADS, run_blocking
 from statewise.exceptions import DatabaseUnavailableError
 from tests.db._proxy import TcpProxy
 

@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from statewise._workers import Workers
-from statewise.db.threads import run_blocking
+from statewise._workers import Workers, run_blocking
 
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="")
 

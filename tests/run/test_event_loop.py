@@ -44,8 +44,8 @@ def test_slow_sync_tools_do_not_take_the_threads_database_io_needs() -> None:
     """Tools run in threads of their own: with as many tools blocked at once as there are
     threads for database I/O (every run's commits go through those), the database still
     answers."""
-    from statewise.db.threads import BLOCKING_THREADS
-    from statewise.tools._offload import TOOL_THREADS
+    from statewise._workers import BLOCKING_THREADS
+    from statewise._workers import USER_CODE_THREADS as TOOL_THREADS
 
     release = threading.Event()
     started = threading.Semaphore(0)

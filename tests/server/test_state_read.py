@@ -242,15 +242,15 @@ def test_a_run_answer_takes_its_state_on_the_loop_when_the_run_left_it_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import statewise.server._runs as runs
-    from statewise.server._threads import off_loop as real_off_loop
+    from statewise._workers import run_blocking
 
     hops: list[str] = []
 
     async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
         hops.append(getattr(fn, "__name__", "?"))
-        return await real_off_loop(fn, *args, **kwargs)
+        return await run_blocking(fn, *args, **kwargs)
 
-    monkeypatch.setattr(runs, "off_loop", counted)
+    monkeypatch.setattr(runs, "run_blocking", counted)
     live = start_server(create_app([make_agent(SqliteDb(db_file=str(tmp_path / "a.db")))]))
     try:
         with live.client() as c:

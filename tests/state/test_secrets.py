@@ -15,10 +15,11 @@ from statewise.state.secrets import (
 
 def test_round_trip_and_marker() -> None:
     cipher = Cipher(Fernet.generate_key())
-    marker = cipher.encrypt_value({"token": "abc", "n": [1]})
+    # (A space never occurs in the ciphertext's base64: a 3-letter value could, by chance.)
+    marker = cipher.encrypt_value({"token": "a b", "n": [1]})
     assert list(marker) == ["$secret"] and is_encrypted(marker)
-    assert "abc" not in marker["$secret"]
-    assert cipher.decrypt_value(marker) == {"token": "abc", "n": [1]}
+    assert "a b" not in marker["$secret"]
+    assert cipher.decrypt_value(marker) == {"token": "a b", "n": [1]}
     assert not is_encrypted({"$secret": 1}) and not is_encrypted("x")
 
 

@@ -33,11 +33,14 @@ from statewise.agent.summaries import SessionSummary, aread_summary
 from statewise.agent.timetravel import TimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.listing import SessionPage, order_key, page_of
+from statewise.db.memory import InMemoryDb
 from statewise.db.records import EventRecord, RunRecord, ScopeKey, SessionRecord
 from statewise.db.retention import Compaction, Retention
+from statewise.db.sqlite import SqliteDb
 from statewise.db.store import SessionSpec, StateStore
-from statewise.db.url import resolve_db
+from statewise.db.url import resolve_db, split_options
 from statewise.exceptions import ConfigurationError, SessionNotFoundError
+from statewise.run.deadline import check_run_timeout
 from statewise.run.pause import check_answers
 from statewise.run.resume import PausedRun, paused_runs
 from statewise.run.sync import run_sync
@@ -480,6 +483,31 @@ def merged_listing(records: list[SessionRecord], *, offset: int, limit: int) -> 
     return page_of(sorted(records, key=order_key)[offset:], limit)
 
 
+# ---- databases by URL, for the command line that hands them to other processes ----------
+
+
+def database_url(db: BaseDb) -> str | None:
+    """A URL that opens the same tables as `db`, when it has one (a SQLite file does),
+    naming its table prefix when it is not the default."""
+    if isinstance(db, SqliteDb) and db.db_file != ":memory:":
+        url = f"sqlite:///{db.db_file}"
+        if db.table_prefix != "statewise_":  # SqliteDb's default
+            url += f"?table_prefix={db.table_prefix}"
+        return url
+    return None
+
+
+def is_in_memory(db: BaseDb) -> bool:
+    """Whether `db` lives in this process alone (what it holds is gone when it exits)."""
+    return isinstance(db, InMemoryDb)
+
+
+def names_storage_options(url: str) -> bool:
+    """Whether a database URL carries statewise's own storage options (`?schema=`, a
+    retention policy, ...), not just the server's."""
+    return bool(split_options(url)[1])
+
+
 __all__ = [
     "REDACTED",
     "BaseDb",
@@ -492,9 +520,13 @@ __all__ = [
     "Sessions",
     "StateRead",
     "check_answers",
+    "check_run_timeout",
     "check_writable",
+    "database_url",
+    "is_in_memory",
     "jsonable",
     "merged_listing",
+    "names_storage_options",
     "resolve_db",
     "validate_id",
 ]

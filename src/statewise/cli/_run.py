@@ -246,13 +246,7 @@ def hint_url(url: str) -> str:
 
 
 def db_url_of(db: Any) -> str | None:
-    """A URL for a database object, when it has one (SQLite files do), naming its table
-    prefix when it is not the default so the URL opens the same tables."""
-    from statewise.db.sqlite import SqliteDb
+    """A URL for a database object, when it has one (SQLite files do)."""
+    from statewise.agent.service import BaseDb, database_url
 
-    if isinstance(db, SqliteDb) and db.db_file != ":memory:":
-        url = f"sqlite:///{db.db_file}"
-        if db.table_prefix != "statewise_":  # SqliteDb's default
-            url += f"?table_prefix={db.table_prefix}"
-        return url
-    return None
+    return database_url(db) if isinstance(db, BaseDb) else None

@@ -73,9 +73,9 @@ def _fleet(url: str) -> Any:
 def _sessions_in_fleet_db(url: str) -> str | None:
     """The fleet URL as the sessions' database when it carries statewise's own storage
     options (`?schema=`): the URL form the docs give for PostgreSQL storage means it."""
-    from statewise.db.url import split_options
+    from statewise.agent.service import names_storage_options
 
-    return url if split_options(url)[1] else None
+    return url if names_storage_options(url) else None
 
 
 def _targets(target: str, sessions_db: str | None) -> list[Any]:

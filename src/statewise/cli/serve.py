@@ -376,9 +376,9 @@ def serve(
 
 
 def _in_memory(served: Any) -> bool:
-    from statewise.db.memory import InMemoryDb
+    from statewise.agent.service import is_in_memory
 
-    return isinstance(served.db, InMemoryDb)
+    return is_in_memory(served.db)
 
 
 def _fleet(url: str) -> Any:

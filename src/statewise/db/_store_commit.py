@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from statewise._workers import runs_inline
 from statewise.db import _codec
 from statewise.db._store_checkout import (
     StoreCheckout,
@@ -127,7 +128,13 @@ class StoreCommits(StoreCheckout):
 
         The landing runs to its end even if our caller is cancelled meanwhile: a write
         that landed but was not recorded in the working state would be rebased onto
-        itself by the transaction's next commit, applying it twice."""
+        itself by the transaction's next commit, applying it twice.
+
+        On a loop a sync call drives (see `statewise._workers`), every call below would
+        run inline anyway and no other task can cancel this one half-way: there the sync
+        shell lands it, without a task of its own and the turn of the loop that costs."""
+        if runs_inline():
+            return self.land(ws, attempt, policy)
         landing = asyncio.ensure_future(self._aland(ws, attempt, policy))
         landing.add_done_callback(_retrieve)  # (an outcome nobody awaits any more)
         return await asyncio.shield(landing)

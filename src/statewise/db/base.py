@@ -7,7 +7,6 @@ not at its first call. Everything that can be written once on top of the primiti
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
 import time
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from statewise._workers import run_blocking, runs_inline
 from statewise.db.listing import SessionPage, page_of
 from statewise.db.records import (
     Commit,
@@ -28,7 +28,6 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention, plan_compaction
-from statewise.db.threads import run_blocking
 from statewise.exceptions import CorruptRecordError, InvalidIdError
 
 P = ParamSpec("P")
@@ -42,27 +41,9 @@ ScopesRead = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, Sco
 """What `read_scopes` reads: the session row, each scope's version, and the state of each
 scope that is not at the version the reader holds."""
 
-_PRIVATE_LOOP: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "statewise_private_loop", default=False
-)
-
-
-def mark_private_loop() -> contextvars.Token[bool]:
-    """Declare that the running code owns its event loop: a sync call (`agent.run`) drives
-    a loop nobody else shares. Blocking I/O and sync tools then run inline, since there is
-    no one to block and a thread hop would only add latency. Undo with `unmark_private_loop`.
-    """
-    return _PRIVATE_LOOP.set(True)
-
-
-def unmark_private_loop(token: contextvars.Token[bool]) -> None:
-    _PRIVATE_LOOP.reset(token)
-
-
-def on_private_loop() -> bool:
-    """True inside a sync call's own loop; False on a shared loop (a server, user code
-    calling `arun`), where anything that blocks must leave the loop's thread."""
-    return _PRIVATE_LOOP.get()
+on_private_loop = runs_inline
+"""Whether this database call runs inline (a sync call's own loop) or must leave the
+loop's thread: backends with two drivers pick one by it (see `statewise._workers`)."""
 
 
 MAX_ID_LENGTH = 256
@@ -468,9 +449,8 @@ class BaseDb(ABC):
 
         On a shared event loop it runs in a worker thread, so the loop never waits on I/O,
         a lock, a busy timeout or a retry's backoff; on a sync call's private loop it runs
-        inline (see `on_private_loop`). SQLite overrides this with its own single thread."""
-        if on_private_loop():
-            return fn(*args, **kwargs)
+        inline (the worker seam decides: see `statewise._workers`). SQLite overrides this
+        with its own single thread."""
         return await run_blocking(fn, *args, **kwargs)
 
     async def run_io(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -35,7 +35,7 @@ from statewise.db._store_commit import COMMIT_RETRY_SECONDS as COMMIT_RETRY_SECO
 from statewise.db._store_commit import CONTENDED_KEPT as CONTENDED_KEPT
 from statewise.db._store_commit import CommitAttempt as CommitAttempt
 from statewise.db._store_commit import CommitPolicy, Committed, StoreCommits
-from statewise.db.base import BaseDb, on_private_loop
+from statewise.db.base import BaseDb
 from statewise.db.ids import new_id as new_id
 from statewise.db.planning import (
     ANONYMOUS_USER,
@@ -114,10 +114,7 @@ class StateStore(StoreCommits):
         """`begin` for async callers: network databases are reached from a worker thread,
         so the event loop never waits on a round trip."""
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
-            working = self._open(spec, policy, at_versions)
-        else:
-            working = await self.db._run_async(self._open, spec, policy, at_versions)
+        working = await self.db.run_io(self._open, spec, policy, at_versions)
         return AsyncTransaction(self, working, policy)
 
     def _open(

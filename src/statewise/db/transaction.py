@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from statewise.db.base import on_private_loop, validate_id
+from statewise.db.base import validate_id
 from statewise.db.planning import SessionSpec
 from statewise.db.records import NewEvent, RunRecord, ScopeKey, SessionRecord
 from statewise.db.working import WorkingState
@@ -227,8 +227,6 @@ class AsyncTransaction(TransactionCore):
         source: str = "unattributed",
         commit_id: str | None = None,
     ) -> Committed:
-        if on_private_loop():  # (every database runs inline there: see `BaseDb._run_async`)
-            return self._commit(events, run, run_id, step, source, commit_id)
         attempt = self._attempt(events, run, run_id, step, source, commit_id)
         return await self.store.aland(self.working, attempt, self.policy)
 

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
-from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import SessionMode, SessionSpec, StateStore, new_id
 from statewise.db.transaction import AsyncTransaction
@@ -218,8 +217,6 @@ async def _finish(commit: Coroutine[Any, Any, T]) -> T:
     """Await a failure's commit to its end even if the run's task is cancelled again
     meanwhile (a client that left, a shutdown): the record lands, and the transaction is
     not closed under a commit still in flight; the cancellation is raised after it."""
-    if on_private_loop():
-        return await commit  # (inline: nothing else runs on a sync call's own loop)
     task = asyncio.ensure_future(commit)
     cancelled = False
     while True:

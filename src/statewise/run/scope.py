@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent, RunRecord
 from statewise.db.store import StateStore, WorkingState
 from statewise.db.transaction import AsyncTransaction
@@ -74,19 +73,9 @@ class RunScope:
         txn = self.txn
         observed = _observe.commit_started(self, txn.working.spec.session_id, source, step)
         try:
-            if on_private_loop():
-                # Inline, as every database runs there (see `BaseDb._run_async`): one call
-                # down to the store instead of two more coroutines on every commit.
-                committed = txn._commit(events, run, self.run_id, step, source, commit_id)
-            else:
-                committed = await txn.commit(
-                    events,
-                    run=run,
-                    run_id=self.run_id,
-                    step=step,
-                    source=source,
-                    commit_id=commit_id,
-                )
+            committed = await txn.commit(
+                events, run=run, run_id=self.run_id, step=step, source=source, commit_id=commit_id
+            )
         except BaseException as exc:
             _observe.commit_finished(observed, error=exc)
             raise

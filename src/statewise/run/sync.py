@@ -17,7 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, TypeVar
 
-from statewise.db.base import mark_private_loop, unmark_private_loop
+from statewise._workers import mark_inline_loop
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,7 +56,8 @@ def _in_running_loop() -> bool:
 
 
 def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` to completion on a loop that only this call uses (see on_private_loop).
+    """Run `coro` to completion on a loop that only sync calls drive, one at a time
+    (blocking calls made on it run inline: see `statewise._workers`).
 
     `run_forever` stopped by the task itself as it ends, rather than `run_until_complete`
     (whose stop is a done callback: one more turn of the loop, a twentieth of a small
@@ -64,31 +65,29 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
     sixth of it). An interrupt still cancels the run, so its cleanup (releasing the
     session) happens before the exception propagates.
     """
-    token = mark_private_loop()
+    mark_inline_loop(loop)
     outer: list[_Paused[Any]] | None = getattr(_local, "paused", None)
     paused: list[_Paused[Any]] = []
     _local.paused = paused
+    task = loop.create_task(_stopping(loop, coro))
     try:
-        task = loop.create_task(_stopping(loop, coro))
-        try:
-            while not task.done():  # (a stop left over from an interrupted call: go on)
-                loop.run_forever()
-                while paused:
-                    _local.paused = None  # (a call made from inside it cannot pause it)
-                    try:
-                        paused.pop(0).run()
-                    finally:
-                        _local.paused = paused
-            return task.result()
-        except BaseException:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(task)
-            raise
+        while not task.done():  # (a stop left over from an interrupted call: go on)
+            loop.run_forever()
+            while paused:
+                _local.paused = None  # (a call made from inside it cannot pause it)
+                try:
+                    paused.pop(0).run()
+                finally:
+                    _local.paused = paused
+        return task.result()
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(task)
+        raise
     finally:
         _local.paused = outer
-        unmark_private_loop(token)
 
 
 class _Paused(Generic[R]):
@@ -144,8 +143,8 @@ async def outside_loop(
 
     For a blocking API that refuses to run inside a running loop and wraps code of ours
     (a durable engine's synchronous step around a commit point): it runs on this thread,
-    with no hop to another thread and back. The loop is private to one run (see
-    `on_private_loop`), so pausing it keeps nothing else waiting. The body runs in this
+    with no hop to another thread and back. Only this sync call drives the loop (see
+    `statewise._workers`), so pausing it keeps nothing else waiting. The body runs in this
     task, as if awaited here, and sees the context variables the call set around it."""
     loop = asyncio.get_running_loop()
     handed: list[_Paused[Any]] | None = getattr(_local, "paused", None)

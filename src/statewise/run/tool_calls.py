@@ -11,7 +11,6 @@ import contextlib
 import uuid
 from typing import Any
 
-from statewise.db.base import on_private_loop
 from statewise.db.records import NewEvent
 from statewise.exceptions import StatewiseError
 from statewise.models.messages import ToolCall
@@ -171,11 +170,10 @@ async def call_tool(
                 "agent_state": state,
                 "agent": rt.agent,
             }
-            offload = not on_private_loop()
             value = await (
-                call_with_hooks(function, call.arguments, rt.tool_hooks, injected, offload=offload)
+                call_with_hooks(function, call.arguments, rt.tool_hooks, injected)
                 if rt.tool_hooks
-                else function.call(call.arguments, injected, offload=offload)
+                else function.call(call.arguments, injected)
             )
         if rt.callbacks.after_tool:
             replaced = await first_result(

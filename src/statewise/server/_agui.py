@@ -31,6 +31,7 @@ from statewise import (
     ToolCallCompleted,
     ToolCallStarted,
 )
+from statewise._workers import run_blocking
 from statewise.agent.service import FrontendSync, SessionRecord, check_answers, validate_id
 from statewise.exceptions import InvalidIdError
 from statewise.models import ToolDefinition
@@ -40,7 +41,6 @@ from statewise.server._errors import Problem, log, problem_for
 from statewise.server._registry import Registry, Served
 from statewise.server._runs import Kind, served_or_404, user_for
 from statewise.server._schema import AUTH, BODY, DB, problems
-from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["ag-ui"])
 
@@ -128,7 +128,7 @@ async def agui_run(
     continuing = _is_continuation(body)
     text = "" if continuing else _input_text(body)
     user_id = user_for(principal, None, served)
-    found = await off_loop(registry.find_session, session_id)
+    found = await run_blocking(registry.find_session, session_id)
     record: SessionRecord | None = None
     if found is not None:
         record = found[0]
@@ -141,8 +141,8 @@ async def agui_run(
     if continuing:
         if record is None:
             raise Problem(409, f"thread {session_id!r} has no paused run to continue")
-        resume = await off_loop(plan_resume, served, session_id, body)
-    synced = await off_loop(sync.last_synced)
+        resume = await run_blocking(plan_resume, served, session_id, body)
+    synced = await run_blocking(sync.last_synced)
     base = _base_versions(body, sync)
     if base is not None:
         synced = (base, synced[1] if synced else 0)
@@ -155,7 +155,7 @@ async def agui_run(
                 f"{', '.join(keys)}",
             )
 
-    conflicts = await off_loop(
+    conflicts = await run_blocking(
         sync.merge_client_state, body.state, synced[0] if synced else None, check_shared
     )
     initial = body.state if record is None and isinstance(body.state, dict) else None
@@ -232,7 +232,7 @@ class AguiStream:
             yield agui.RunErrorEvent(message=problem.detail, code=str(problem.status))
 
     async def _run(self) -> AsyncIterator[Any]:
-        snapshot = await off_loop(self.sync.snapshot)
+        snapshot = await run_blocking(self.sync.snapshot)
         yield agui.StateSnapshotEvent(snapshot=snapshot)
         client_tools = [
             ToolDefinition(
@@ -282,12 +282,12 @@ class AguiStream:
         assert output is not None
         before = self.synced_messages
         if before is None:
-            before = await off_loop(self._count_history, output.run_id)
-        await off_loop(self.sync.record_sync, output.run_id, before + len(output.messages))
+            before = await run_blocking(self._count_history, output.run_id)
+        await run_blocking(self.sync.record_sync, output.run_id, before + len(output.messages))
         result = None
         if output.status == "completed":
             # (may read the stored state)
-            result = await off_loop(self.served.sessions.output_content, output)
+            result = await run_blocking(self.served.sessions.output_content, output)
         yield agui.RunFinishedEvent(
             thread_id=self.thread_id,
             run_id=self.run_id,
@@ -314,10 +314,10 @@ class AguiStream:
             return None
         known = self.synced_messages
         if known is None:
-            known = await off_loop(self._count_history, "")
+            known = await run_blocking(self._count_history, "")
         if prior >= known:
             return None
-        runs = await off_loop(self.served.sessions.runs, self.thread_id)
+        runs = await run_blocking(self.served.sessions.runs, self.thread_id)
         messages: list[Any] = []
         for run in runs:
             messages.extend(stored_messages(run.run_id, run.messages))
@@ -325,7 +325,7 @@ class AguiStream:
         return agui.MessagesSnapshotEvent(messages=messages)
 
     async def _delta(self) -> Any:
-        patch = await off_loop(self.sync.catch_up)
+        patch = await run_blocking(self.sync.catch_up)
         if isinstance(patch, dict):
             return agui.StateSnapshotEvent(snapshot=patch)
         if not patch:

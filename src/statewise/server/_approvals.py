@@ -19,6 +19,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from statewise._workers import run_blocking
 from statewise.agent.service import SessionRecord, validate_id
 from statewise.server._auth import ApprovalRule, Principal
 from statewise.server._deps import get_principal, get_registry
@@ -34,7 +35,6 @@ from statewise.server._schema import (
     problems,
 )
 from statewise.server._serialize import jsonable, with_times
-from statewise.server._threads import off_loop
 
 router = APIRouter(tags=["sessions"])
 
@@ -164,7 +164,7 @@ async def continue_run(
     principal: Who,
     rule: Rule,
 ) -> JSONResponse:
-    _record, served = await off_loop(_approvable, registry, principal, rule, session_id)
+    _record, served = await run_blocking(_approvable, registry, principal, rule, session_id)
     validate_id(run_id, "run_id")
     obj = _pausable(served)
     approvals = {k: v.model_dump(exclude_none=True) for k, v in body.approvals.items()}

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from statewise.state.gcpause import collector_tuned
+from statewise import collector_tuned
 
 
 @asynccontextmanager

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from statewise import RunOutput, Sessions
+from statewise._workers import run_blocking
 from statewise.agent.service import check_writable, validate_id
 from statewise.exceptions import SessionExistsError
 from statewise.server._auth import Principal
@@ -30,7 +31,6 @@ from statewise.server._schema import (
     problems,
 )
 from statewise.server._serialize import event_json, needs_read, output_needs_read, sse
-from statewise.server._threads import off_loop
 
 Kind = Literal["agents", "teams", "workflows"]
 MAX_INPUT_CHARS = 100_000
@@ -109,7 +109,9 @@ async def _prepare(
         check_writable(body.session_state)
     user_id = user_for(principal, body.user_id, served)
     session_id = validate_id(body.session_id) if body.session_id else str(uuid.uuid4())
-    user_id = await off_loop(_own_session, registry, principal, served, session_id, user_id, body)
+    user_id = await run_blocking(
+        _own_session, registry, principal, served, session_id, user_id, body
+    )
     return served, session_id, user_id
 
 
@@ -246,7 +248,7 @@ async def output_json(sessions: Sessions, output: RunOutput) -> dict[str, Any]:
     """A run's output as `Sessions` gives it (redacted by its session's data), read off
     the loop when that needs the database (see `needs_read`)."""
     if output_needs_read(output):
-        return await off_loop(sessions.output_json, output)
+        return await run_blocking(sessions.output_json, output)
     return sessions.output_json(output)
 
 
@@ -256,7 +258,7 @@ async def _stream(events: AsyncIterator[Any], sessions: Sessions) -> AsyncIterat
         async for event in events:
             n += 1
             if needs_read(event):
-                data = await off_loop(event_json, event, sessions)
+                data = await run_blocking(event_json, event, sessions)
             else:
                 data = event_json(event, sessions)
             yield sse(data["event"], data, n)

@@ -11,10 +11,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from statewise.agent.service import BaseDb, resolve_db
+from statewise.agent.service import BaseDb, check_run_timeout, resolve_db
 from statewise.exceptions import ConfigurationError
 from statewise.fleet import Fleet
-from statewise.run.deadline import check_run_timeout
 from statewise.server._agui import router as agui_router
 from statewise.server._approvals import router as approvals_router
 from statewise.server._auth import (

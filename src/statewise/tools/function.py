@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from statewise._workers import run_user_code
 from statewise.exceptions import ConfigurationError
 from statewise.models.messages import ToolDefinition
 from statewise.tools._introspect import (
@@ -30,7 +31,6 @@ from statewise.tools._introspect import (
     parse_docstring,
     split_injected,
 )
-from statewise.tools._offload import off_loop
 from statewise.tools._schema import build_arguments_model, check_parameter_kinds
 from statewise.tools.errors import ToolArgumentsError
 
@@ -258,21 +258,19 @@ class Function:
         self,
         arguments: Mapping[str, Any],
         injected: Mapping[str, Any],
-        *,
-        offload: bool = False,
     ) -> Any:
         """Run the tool for a model's tool call.
 
-        With `offload` (the run is on a shared event loop: a server, `arun` in user code),
-        a sync function runs in a worker thread, so a slow or blocking tool never stalls
-        other runs; the run waits for it, so nothing else touches its session state
-        meanwhile. Otherwise it runs inline. `injected` maps injectable names to values;
-        the function gets only those it declares.
+        A sync function is a blocking call (see `run_user_code`): on a shared event loop (a
+        server, `arun` in user code) it runs in a worker thread, so a slow or blocking
+        tool never stalls other runs; the run waits for it, so nothing else touches its
+        session state meanwhile. `injected` maps injectable names to values; the function
+        gets only those it declares.
         """
-        if self.is_async or not offload:
+        if self.is_async:
             result = self.invoke(arguments, injected)
         else:
-            result = await off_loop(self.invoke, arguments, injected)
+            result = await run_user_code(self.invoke, arguments, injected)
         # Awaitable results are awaited even if the function did not look async: a sync
         # decorator around an async function hides the marker `is_async` relies on.
         if not isinstance(result, str) and inspect.isawaitable(result):

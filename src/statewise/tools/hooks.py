@@ -13,7 +13,7 @@ calling through (a hook without a `function_call` parameter always does). Hooks 
 arguments as the model sent them; the tool validates them when the call reaches it.
 
 Sync hooks get a sync `function_call` and run like sync tools: in a worker thread when the
-run is on a shared event loop (`offload`), inline under a sync call. When a sync hook calls through to something
+run is on a shared event loop, inline under a sync call. When a sync hook calls through to something
 async (an async hook or tool), that rest of the chain runs to completion on a helper
 thread with its own event loop while the hook waits: nothing else touches the run's state
 meanwhile, so state needs no locking. An async tool that uses objects bound to the
@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from statewise._workers import run_user_code
 from statewise.exceptions import ConfigurationError
 from statewise.tools._introspect import (
     INJECTABLE_NAMES,
@@ -40,7 +41,6 @@ from statewise.tools._introspect import (
     parameters_of,
     split_injected,
 )
-from statewise.tools._offload import off_loop
 from statewise.tools.function import Function
 
 _HOOK_ARGUMENTS = frozenset({"function_name", "function_call", "arguments"})
@@ -97,38 +97,35 @@ async def call_with_hooks(
     arguments: Mapping[str, Any],
     hooks: Sequence[Callable[..., Any]],
     injected: Mapping[str, Any],
-    *,
-    offload: bool = False,
 ) -> Any:
     """Call `function` through `hooks`, outermost first; exceptions propagate unchanged.
 
-    With `offload`, sync hooks and tools run in a worker thread (see `Function.call`)."""
+    Sync hooks and tools are blocking calls, off a shared loop's thread (see
+    `Function.call`)."""
     if not hooks:
-        return await function.call(arguments, injected, offload=offload)
-    return await _Chain(function, hooks, injected, offload).acall(0, arguments)
+        return await function.call(arguments, injected)
+    return await _Chain(function, hooks, injected).acall(0, arguments)
 
 
 class _Chain:
     """One tool call's trip through the hooks; link `i` is hook `i`, link `len` the tool."""
 
-    __slots__ = ("function", "hooks", "injected", "offload")
+    __slots__ = ("function", "hooks", "injected")
 
     def __init__(
         self,
         function: Function,
         hooks: Sequence[Callable[..., Any]],
         injected: Mapping[str, Any],
-        offload: bool = False,
     ) -> None:
         self.function = function
         self.hooks = hooks
         self.injected = injected
-        self.offload = offload
 
     async def acall(self, index: int, arguments: Mapping[str, Any]) -> Any:
         """Run link `index` and everything under it, from async code."""
         if index == len(self.hooks):
-            return await self.function.call(arguments, self.injected, offload=self.offload)
+            return await self.function.call(arguments, self.injected)
         hook = self.hooks[index]
         spec = _spec(hook)
         if spec.is_async:
@@ -137,16 +134,10 @@ class _Chain:
                 return await self.acall(index + 1, kwargs)
 
             result = hook(**self._hook_kwargs(spec, arguments, next_async))
-        elif self.offload:
-            # A sync hook (and the sync chain under it) on a shared loop: off the loop's
-            # thread, like a sync tool.
-            return await off_loop(self.call, index, arguments)
         else:
-
-            def next_sync(**kwargs: Any) -> Any:
-                return self.call(index + 1, kwargs)
-
-            result = hook(**self._hook_kwargs(spec, arguments, next_sync))
+            # A sync hook (and the sync chain under it) is a blocking call, like a sync
+            # tool: off a shared loop's thread.
+            return await run_user_code(self.call, index, arguments)
         if inspect.isawaitable(result):
             result = await result
         return result

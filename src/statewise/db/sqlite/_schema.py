@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from statewise._workers import Workers
+from statewise._workers import Workers, run_blocking
 from statewise.db import _codec, _sqlite_retention
 from statewise.db.base import (
     BaseDb,
@@ -32,7 +32,6 @@ from statewise.db.retention import (
     Retention,
     default_retention,
 )
-from statewise.db.threads import run_blocking
 from statewise.exceptions import (
     DatabaseUnavailableError,
     SchemaVersionError,

@@ -1,4 +1,4 @@
-"""Worker threads for blocking calls from async code (`statewise._workers`, `statewise.db.threads`)."""
+"""Worker threads for blocking calls from async code (`statewise._workers`)."""
 
 from __future__ import annotations
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from statewise.db.base import BaseDb, ProbedTails
 from statewise.db.records import Commit, CommitResult, ScopeKey
-
-CONTENDED_KEPT = 1024  # sessions with a lock kept, then the idle ones forgotten at once
 
 GROUP_MAX = 64  # commits of one session landed together at most
 
@@ -22,9 +20,19 @@ class _Entry:
 
     bases_of: Callable[[], Mapping[ScopeKey, int]]
     build: Callable[[ProbedTails], Commit]
+    alone: bool
     done: bool = False
     result: CommitResult | None = None
     error: Exception | None = None
+    wake: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class _Queue:
+    """A session's waiting writers, and whether one of them is landing commits now."""
+
+    waiting: list[_Entry] = field(default_factory=list)
+    leading: bool = False
 
 
 class SessionTurns:
@@ -32,34 +40,23 @@ class SessionTurns:
     database object shares it).
 
     A writer that lost a race on a session (or writes one known to be contended) joins
-    the session's queue and takes the session's lock; whoever holds it lands every
-    commit queued so far in one transaction (`BaseDb.commit_rebased_together`), each
-    rebased onto those before it, and the others find theirs landed when they get the
-    lock. So the writers of one process never lose to each other, and N of them pay one
-    durable write instead of N. Each commit is still its own (id, deltas, events), and
-    none returns before the transaction that holds it is durable."""
+    the session's queue. One writer at a time leads: it lands every commit queued so far
+    in one transaction (`BaseDb.commit_rebased_together`), each rebased onto those
+    before it, wakes their writers with their outcomes and hands the lead to the first
+    writer still waiting. So the writers of one process never lose to each other, N of
+    them pay one durable write instead of N, and only the writers that have something to
+    do next wake up (a lock they all waited on was passed through every landed writer
+    before the next leader got it). Each commit is still its own (id, deltas, events),
+    and none returns before the transaction that holds it is durable."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
-        self._queues: dict[str, list[_Entry]] = {}
-
-    def of(self, session_id: str) -> threading.Lock:
-        with self._guard:
-            lock = self._locks.get(session_id)
-            if lock is None:
-                if len(self._locks) >= CONTENDED_KEPT:
-                    # Forget the idle ones (a lock someone holds or waits for stays).
-                    busy = {k for k, v in self._locks.items() if v.locked() or self._queues.get(k)}
-                    self._locks = {k: self._locks[k] for k in busy}
-                    self._queues = {k: q for k, q in self._queues.items() if k in busy}
-                lock = self._locks[session_id] = threading.Lock()
-            return lock
+        self._queues: dict[str, _Queue] = {}  # (a session's goes when nobody leads it)
 
     def busy(self, session_id: str) -> bool:
-        """Whether writers of this process are queued for the session."""
+        """Whether a writer of this process is landing the session's commits, or waits to."""
         with self._guard:
-            return bool(self._queues.get(session_id))
+            return session_id in self._queues
 
     def commit(
         self,
@@ -72,26 +69,50 @@ class SessionTurns:
     ) -> CommitResult:
         """Land one writer's rebased commit in its turn; `alone`: in a transaction of its
         own (its rebase may reload a scope, which reads outside the group's transaction)."""
-        entry = _Entry(bases_of, build)
-        turn = self.of(session_id)
-        if alone:
-            with turn:
-                self._land(db, session_id, [entry])
-        else:
-            with self._guard:
-                self._queues.setdefault(session_id, []).append(entry)
-        with turn:
-            if not entry.done:
-                with self._guard:
-                    queue = self._queues.get(session_id, [])
-                    group, queue[:] = queue[:GROUP_MAX], queue[GROUP_MAX:]
-                if entry not in group:  # (more than GROUP_MAX ahead of it: its own)
-                    group.append(entry)
-                self._land(db, session_id, group)
+        entry = _Entry(bases_of, build, alone)
+        with self._guard:
+            queue = self._queues.get(session_id)
+            if queue is None:
+                queue = self._queues[session_id] = _Queue(leading=True)
+                leads = True
+            else:
+                queue.waiting.append(entry)
+                leads = False
+        if not leads:
+            entry.wake.wait()  # its outcome, or the lead
+        if not entry.done:
+            self._lead(db, session_id, queue, entry)
         if entry.error is not None:
             raise entry.error
         assert entry.result is not None
         return entry.result
+
+    def _lead(self, db: BaseDb, session_id: str, queue: _Queue, entry: _Entry) -> None:
+        """Land `entry` with the writers queued behind it (up to one that must land
+        alone), then wake them and hand the lead on."""
+        group = [entry]
+        try:
+            with self._guard:
+                if not entry.alone:
+                    waiting = queue.waiting
+                    n = 0
+                    while n < len(waiting) and n + 1 < GROUP_MAX and not waiting[n].alone:
+                        n += 1
+                    group += waiting[:n]
+                    del waiting[:n]
+            self._land(db, session_id, group)
+        finally:
+            with self._guard:
+                # (a leader interrupted before its group landed: those writers lead again)
+                queue.waiting[:0] = [e for e in group[1:] if not e.done]
+                nxt = queue.waiting.pop(0) if queue.waiting else None
+                if nxt is None:
+                    del self._queues[session_id]
+            if nxt is not None:
+                nxt.wake.set()
+            for other in group[1:]:
+                if other.done:
+                    other.wake.set()
 
     @staticmethod
     def _land(db: BaseDb, session_id: str, group: list[_Entry]) -> None:

@@ -20,8 +20,12 @@ class TextArray(list[str | None]):
     """A `text[]` parameter."""
 
 
-class BigintArray(list[int]):
+class BigintArray(list[int | None]):
     """A `bigint[]` parameter."""
+
+
+class FloatArray(list[float | None]):
+    """A `double precision[]` parameter."""
 
 
 def _dumper(name: str) -> type[ListBinaryDumper]:
@@ -33,5 +37,6 @@ def _dumper(name: str) -> type[ListBinaryDumper]:
 ADAPTERS = AdaptersMap(psycopg.adapters)
 ADAPTERS.register_dumper(TextArray, _dumper("text"))
 ADAPTERS.register_dumper(BigintArray, _dumper("int8"))
+ADAPTERS.register_dumper(FloatArray, _dumper("float8"))
 
-__all__ = ["ADAPTERS", "BigintArray", "TextArray"]
+__all__ = ["ADAPTERS", "BigintArray", "FloatArray", "TextArray"]

@@ -16,7 +16,7 @@ from statewise.db import _codec, _pg_text
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_arrays import BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
-from statewise.db.base import GroupEntry, GroupReads, ProbedTails
+from statewise.db.base import ProbedTails
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -176,175 +176,7 @@ def commit_failure(
     return None
 
 
-def run_locked_commit(
-    db: PgCommitTarget,
-    session_id: str,
-    bases: Mapping[ScopeKey, int],
-    build: Callable[[ProbedTails], Commit],
-) -> CommitResult:
-    """Lock the session's row (`FOR UPDATE`), read the deltas that landed since `bases`,
-    commit what `build` makes of them, all in one transaction.
-
-    Every commit of a session updates its row, so the other writers of the session queue
-    on that lock (waiting in the server, using no CPU) instead of racing, and the
-    compare-and-swap here cannot lose to them. It can still lose to a writer of a shared
-    `user:`/`app:` scope from another session, or to one creating the session (no row to
-    lock yet): then VersionConflict, nothing written. Rows are locked in the order
-    `statewise_commit` locks them (the session's row first), so no cycle of waits forms.
-
-    `build` rebases the caller's tree; it runs once at most. With a pool of one
-    connection the caller takes the unlocked default instead: a rebase that has to
-    reload a scope reads on a second connection.
-    """
-    s = db._s
-    # Until it builds, nothing is sent that could land: it may start over.
-    attempts = db.attempts_after_drops
-    for attempt in range(1, attempts + 1):
-        commit: Commit | None = None
-        building = False
-        with db._connection() as conn:
-            try:
-                try:
-                    # Pipelined: BEGIN, the lock and the read go out together, and so do
-                    # the commit and its COMMIT, so the lock is held across one turn of
-                    # the client (the rebase), not four.
-                    with conn.pipeline():
-                        conn.execute("BEGIN")
-                        conn.execute(
-                            f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
-                            (session_id,),
-                        )
-                        probed = db._probe_tails_on(conn, session_id, bases)
-                        building = True
-                        commit = build(probed)
-                        now = time.time()
-                        sql, params = commit_params(s, commit, now)
-                        cur = conn.execute(sql, params)
-                        conn.execute("COMMIT")
-                    row = cur.fetchone()
-                except BaseException:
-                    _roll_back(conn)
-                    raise
-            except psycopg.Error as exc:
-                if exc.sqlstate == Q.CONFLICT_SQLSTATE:
-                    raise _conflict(exc) from exc
-                if isinstance(exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
-                    raise VersionConflict(f"session {session_id!r} ({exc.sqlstate})", 0) from exc
-                if commit is not None and (conn.broken or conn.closed):
-                    # The connection died with the commit sent (or its COMMIT): it landed
-                    # whole or not at all, and its commit id tells which when sent again.
-                    return run_commit(db, commit)
-                if building or attempt == attempts or not (conn.broken or conn.closed):
-                    if isinstance(exc, psycopg.OperationalError):
-                        raise db._unavailable(exc) from exc
-                    raise StorageError(
-                        f"PostgreSQL commit of session {session_id!r} failed: {exc}"
-                    ) from exc
-                continue  # it died before anything was built: once more, on a fresh one
-        assert commit is not None
-        return _result(commit, row, now)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def run_locked_group(
-    db: PgCommitTarget,
-    session_id: str,
-    entries: Sequence[GroupEntry],
-) -> list[CommitResult | Exception]:
-    """`run_locked_commit` for several writers of one session in one transaction (see
-    `BaseDb.commit_rebased_together`): the row is locked once and what landed since the
-    oldest base is read once; each entry is rebased onto that and onto the entries before
-    it (their deltas are known here, not read back), its commit goes out pipelined, and
-    one COMMIT makes them all durable at once: two round trips for the group.
-
-    An entry's commit that fails (a shared `user:`/`app:` scope another session's writer
-    moved) aborts the transaction: then every entry lands on its own, in order
-    (`run_locked_commit`), rebased again."""
-    s = db._s
-    outcomes: list[CommitResult | Exception] = []
-    sent: list[tuple[Commit, Any, float] | None] = []
-    bases = [dict(bases_of()) for bases_of, _ in entries]
-    with db._connection() as conn:
-        try:
-            try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    conn.execute(
-                        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
-                        (session_id,),
-                    )
-                    reads = GroupReads(
-                        db._probe_tails_on(conn, session_id, GroupReads.oldest(bases))
-                    )
-                    for held, (_, build) in zip(bases, entries, strict=True):
-                        probed = reads.for_entry(held)
-                        try:
-                            commit = build(probed)
-                        except Exception as exc:  # that writer's (a strict key, a bad value)
-                            outcomes.append(exc)
-                            sent.append(None)
-                            continue
-                        now = time.time()
-                        sql, params = commit_params(s, commit, now)
-                        sent.append((commit, conn.execute(sql, params), now))
-                        outcomes.append(VersionConflict("(pending)", 0))  # its result, below
-                        reads.wrote(commit, now)
-                    conn.execute("COMMIT")
-                for index, item in enumerate(sent):
-                    if item is not None:
-                        commit, cur, now = item
-                        outcomes[index] = _result(commit, cur.fetchone(), now)
-                return outcomes
-            except BaseException:
-                _roll_back(conn)
-                raise
-        except psycopg.Error as exc:
-            if conn.broken or conn.closed:
-                # The connection died: the group landed whole or not at all, and each
-                # commit's id tells which when it is sent again on its own.
-                return _resend(db, entries, [x[0] if x else None for x in sent], outcomes)
-            if exc.sqlstate != Q.CONFLICT_SQLSTATE and not isinstance(
-                exc, pg_errors.SerializationFailure | pg_errors.DeadlockDetected
-            ):
-                raise StorageError(
-                    f"PostgreSQL commit of session {session_id!r} failed: {exc}"
-                ) from exc
-    # One entry lost a race to a writer outside the session's lock: nothing landed. Each
-    # lands on its own now (its rebase starts over from what it holds).
-    alone: list[CommitResult | Exception] = []
-    for bases_of, build in entries:
-        try:
-            alone.append(run_locked_commit(db, session_id, bases_of(), build))
-        except Exception as failure:
-            alone.append(failure)
-    return alone
-
-
-def _resend(
-    db: PgCommitTarget,
-    entries: Sequence[Any],
-    sent: list[Commit | None],
-    outcomes: list[CommitResult | Exception],
-) -> list[CommitResult | Exception]:
-    """After the group's connection died: each commit it sent, sent again on its own (its
-    id answers it if it landed); an entry it never reached tries again (VersionConflict:
-    its caller rebases anew)."""
-    recovered: list[CommitResult | Exception] = []
-    for index in range(len(entries)):
-        commit = sent[index] if index < len(sent) else None
-        if commit is None:
-            recovered.append(
-                outcomes[index] if index < len(outcomes) else VersionConflict("(resend)", 0)
-            )
-            continue
-        try:
-            recovered.append(run_commit(db, commit))
-        except Exception as exc:
-            recovered.append(exc)
-    return recovered
-
-
-def _roll_back(conn: psycopg.Connection[Any]) -> None:
+def roll_back(conn: psycopg.Connection[Any]) -> None:
     """End a transaction that failed part way, so the connection goes back to the pool
     clean (a dead one is replaced by the pool anyway)."""
     if conn.broken or conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
@@ -354,10 +186,13 @@ def _roll_back(conn: psycopg.Connection[Any]) -> None:
 
 
 def _result(commit: Commit, row: tuple[Any, ...] | None, now: float) -> CommitResult:
-    """What `statewise_commit` answered: `N<last_seq>|...` applied now, `R<result>` the
-    commit id had landed before."""
     assert row is not None
-    reply = str(row[0])
+    return reply_result(commit, str(row[0]), now)
+
+
+def reply_result(commit: Commit, reply: str, now: float) -> CommitResult:
+    """What `statewise_commit` (or `statewise_commit_group`, for one of its commits)
+    answered: `N<last_seq>|...` applied now, `R<result>` the commit id had landed before."""
     if reply.startswith("R"):
         return decode_commit_result(commit, reply[1:], now)
     return applied_result(commit, int(reply[1:].split("|", 1)[0]), now)

@@ -13,6 +13,7 @@ client turns into `VersionConflict`; the whole call then rolls back.
 from __future__ import annotations
 
 from statewise.db import _pg_retention
+from statewise.db._pg_group_sql import commit_group_function
 from statewise.db.listing import LISTED_EVERY
 
 CONFLICT_SQLSTATE = "SW409"
@@ -133,6 +134,8 @@ def migrations(s: str) -> list[str]:
         """,
         # Each compacted session's retained horizon (see `statewise.db.retention`).
         _pg_retention.migration(s),
+        # A group commit of one session in one statement (see `_pg_group_sql`).
+        commit_group_function(s),
     ]
 
 

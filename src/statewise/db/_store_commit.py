@@ -19,7 +19,7 @@ from statewise.db._store_checkout import (
     snapshot_due,
     unrecorded,
 )
-from statewise.db.base import ProbedTails, validate_id
+from statewise.db.base import ProbedTails, RebasedOnUnlanded, validate_id
 from statewise.db.ids import new_id
 from statewise.db.planning import (
     TEMP_PREFIX,
@@ -448,8 +448,13 @@ class StoreCommits(StoreCheckout):
         losers that all queued on the lock at once held it back to back (16 writers on one
         session: 172 runs/s without it, 191 with it, same invocation)."""
         built: list[tuple[Commit, list[dict[str, Any]]]] = []
+        # Before the last rebase, until its commit lands or loses on its own: the
+        # versions, our ops and conflicts, and the scopes it applied deltas to.
+        before: list[tuple[dict[ScopeKey, int], Any, list[Any], set[ScopeKey]]] = []
 
         def build(probed: ProbedTails) -> Commit:
+            touched = {key for key, tail in probed[2].items() if tail}
+            before[:] = [(dict(ws.versions), pending.segments, list(pending.conflicts), touched)]
             if not self._rebase(ws, pending, policy, probed) and not self._turns.busy(
                 ws.spec.session_id
             ):
@@ -470,14 +475,21 @@ class StoreCommits(StoreCheckout):
             return built[-1][0]
 
         give_up_at = time.monotonic() + COMMIT_RETRY_SECONDS
-        turn = self._turns.of(ws.spec.session_id)
         keys = ws.spec.scope_keys()
 
         def bases() -> dict[ScopeKey, int]:
+            if before:
+                # Asked again after a rebase whose deltas may not have landed (see
+                # `RebasedOnUnlanded`): take it back; the scopes it touched reload.
+                versions, segments, conflicts, touched = before.pop()
+                ws.versions.update(versions)
+                pending.segments, pending.conflicts[:] = segments, conflicts
+                pending.undo = None
+                pending.stale |= touched
             return {key: ws.versions.get(key, 0) for key in keys}
 
         for attempt in itertools.count(1):
-            if attempt > 1 or not turn.locked():
+            if attempt > 1 or not self._turns.busy(ws.spec.session_id):
                 # Nobody of this process is ahead in the queue: spread out from writers
                 # of other processes (a writer of ours waiting for its turn need not).
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** min(attempt, 10))))
@@ -489,7 +501,9 @@ class StoreCommits(StoreCheckout):
                     build,
                     alone=pending.undo is None,
                 )
-            except VersionConflict:
+            except VersionConflict as exc:
+                if not isinstance(exc, RebasedOnUnlanded):
+                    before.clear()  # (it lost on its own: the rebase stands)
                 if time.monotonic() >= give_up_at:
                     raise
                 continue
@@ -514,7 +528,8 @@ class StoreCommits(StoreCheckout):
             raise StaleStateVersionError(
                 ws.spec.session_id, ws.versions.get(session_key, 0), versions[session_key]
             )
-        moved = [k for k in keys if versions[k] != ws.versions.get(k, 0)]
+        moved = [k for k in keys if versions[k] != ws.versions.get(k, 0) or k in pending.stale]
+        pending.stale.clear()
         if not moved:
             return False
         if self._rebase_in_memory(ws, pending, moved, versions, tails):

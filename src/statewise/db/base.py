@@ -28,7 +28,7 @@ from statewise.db.records import (
     SessionRecord,
 )
 from statewise.db.retention import Compaction, CompactionPlan, Horizon, Retention, plan_compaction
-from statewise.exceptions import CorruptRecordError, InvalidIdError
+from statewise.exceptions import CorruptRecordError, InvalidIdError, VersionConflict
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -95,6 +95,13 @@ def to_timestamp_cutoff(older_than: float | timedelta | datetime, now: float) ->
     if isinstance(older_than, timedelta):
         return now - older_than.total_seconds()
     return now - float(older_than)
+
+
+class RebasedOnUnlanded(VersionConflict):
+    """A group commit's entry did not land, and was rebased onto an entry before it that
+    did not land either (`BaseDb.commit_rebased_together`): its writer's tree holds that
+    entry's delta, which the database does not, so it must reload what that delta touched
+    before it rebases again (the store does, when it asks for the entry's bases again)."""
 
 
 class GroupReads:

@@ -91,6 +91,9 @@ class PendingCommit:
     commit_id: str
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     undo: Callable[[], None] | None = None
+    # Scopes the tree must reload at the next rebase: a rebase applied deltas to them that
+    # did not land (see `BaseDb.commit_rebased_together`).
+    stale: set[ScopeKey] = field(default_factory=set)
 
 
 def ops_of_scope(segments: Sequence[tuple[str, list[Op]]], kind: str) -> list[Op]:

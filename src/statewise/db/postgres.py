@@ -47,13 +47,8 @@ from statewise.db import _pg_sql as Q
 from statewise.db._pg_admin import claim_in, delete_in, prune_in, release_in
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
-from statewise.db._pg_commit import (
-    arun_commit,
-    import_in,
-    run_commit,
-    run_locked_commit,
-    run_locked_group,
-)
+from statewise.db._pg_commit import arun_commit, import_in, run_commit
+from statewise.db._pg_group import KnownLanded, run_group
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
 from statewise.db._pg_rows import run_from_row as _run_from_row
@@ -205,6 +200,7 @@ class PostgresDb(BaseDb):
         # On each event loop: the state reads' connection, and the commits' own (up to
         # pool_size), so a read never waits for a connection a commit holds.
         self._loop_reads = LoopConnections(self.db_url, connect_timeout, 1, pool_timeout)
+        self._known = KnownLanded()  # (what this process's last group of a session landed)
         self._loop_commits = LoopConnections(self.db_url, connect_timeout, pool_size, pool_timeout)
 
     @property
@@ -626,21 +622,25 @@ class PostgresDb(BaseDb):
         bases: Mapping[ScopeKey, int],
         build: Callable[[ProbedTails], Commit],
     ) -> CommitResult:
-        """Under the session row's lock (see `BaseDb.commit_rebased`); with a pool of one
-        connection, the unlocked default (see `run_locked_commit`)."""
+        """A group of one (`commit_rebased_together`); with a pool of one connection, the
+        unlocked default: a rebase that reloads a scope reads on a second connection
+        while the session row's lock holds the first."""
         if self.pool_size < 2:
             return BaseDb.commit_rebased(self, session_id, bases, build)
-        return run_locked_commit(self, session_id, bases, build)
+        (outcome,) = run_group(self, self._known, session_id, [(lambda: bases, build)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def commit_rebased_together(
         self,
         session_id: str,
         entries: Sequence[GroupEntry],
     ) -> list[CommitResult | Exception]:
-        """In one transaction under the session row's lock (see `BaseDb`)."""
-        if self.pool_size < 2 or len(entries) < 2:
+        """In one statement, one transaction (`_pg_group`)."""
+        if self.pool_size < 2:
             return BaseDb.commit_rebased_together(self, session_id, entries)
-        return run_locked_group(self, session_id, entries)
+        return run_group(self, self._known, session_id, entries)
 
     def claim_run(self, session_id: str, run_id: str, owner: str, ttl: float) -> bool:
         """Expiry by the server's clock (`clock_timestamp()`), not this client's: clients

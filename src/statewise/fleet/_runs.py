@@ -32,6 +32,7 @@ from statewise.agent.session_owner import SessionOwner
 from statewise.exceptions import ConfigurationError
 from statewise.fleet._names import RUN_WORKFLOW
 from statewise.run.checkpoints import Outcome
+from statewise.run.sync import outside_loop
 from statewise.workflow import Workflow
 
 log = logging.getLogger("statewise.fleet")
@@ -62,11 +63,18 @@ class DbosCommitPoints:
 
     DBOS numbers a workflow's steps in the order they run and, entering one, returns the
     outcome an earlier execution recorded for it instead of running it: a recovered run
-    replays its completed points this way, and goes on after them."""
+    replays its completed points this way, and goes on after them.
+
+    Each point is a synchronous DBOS step, taken on the worker thread that runs the DBOS
+    workflow while the run's private loop waits (`run.sync.outside_loop`): DBOS looks the
+    step up, the loop runs the point's body, DBOS records its outcome, all on one thread.
+    An asynchronous step would do the same with three hops to DBOS's thread pool and back
+    (the lookup, an empty stage, the recording) for every point. (`Agent.run_durably`
+    always runs its run on such a private loop.)"""
 
     async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
-        outcome: Outcome = await DBOS.run_step_async(StepOptions(name=_point_name(point)), body)
-        return outcome
+        options = StepOptions(name=_point_name(point))
+        return await outside_loop(lambda run: DBOS.run_step(options, run), body)
 
 
 def _point_name(point: int) -> str:

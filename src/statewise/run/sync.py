@@ -14,12 +14,13 @@ import contextlib
 import contextvars
 import queue
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, Generic, TypeVar
 
 from statewise._workers import mark_inline_loop
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _local = threading.local()
 
@@ -65,10 +66,19 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
     session) happens before the exception propagates.
     """
     mark_inline_loop(loop)
+    outer: list[_Paused[Any]] | None = getattr(_local, "paused", None)
+    paused: list[_Paused[Any]] = []
+    _local.paused = paused
     task = loop.create_task(_stopping(loop, coro))
     try:
         while not task.done():  # (a stop left over from an interrupted call: go on)
             loop.run_forever()
+            while paused:
+                _local.paused = None  # (a call made from inside it cannot pause it)
+                try:
+                    paused.pop(0).run()
+                finally:
+                    _local.paused = paused
         return task.result()
     except BaseException:
         if not task.done():
@@ -76,6 +86,89 @@ def _run_private(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) 
             with contextlib.suppress(BaseException):
                 loop.run_until_complete(task)
         raise
+    finally:
+        _local.paused = outer
+
+
+class _Paused(Generic[R]):
+    """A blocking call that `outside_loop` hands to the thread driving a private loop."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, call: Callable[[Callable[[], R]], R]
+    ) -> None:
+        self.loop, self.call = loop, call
+        # What the call set up around the body (its context variables), once it asks for
+        # the body; None when it ended without asking.
+        self.gate: asyncio.Future[list[tuple[Any, Any]] | None] = loop.create_future()
+        self.ran: asyncio.Future[R] = loop.create_future()  # the body's result, for the call
+        self.result: asyncio.Future[R] = loop.create_future()  # what the call returned
+        self.before = contextvars.Context()
+
+    def run(self) -> None:
+        """Make the call, the loop not running: only the body runs the loop again."""
+        self.before = contextvars.copy_context()
+        try:
+            value = self.call(self.run_body)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            self._end()
+            if not self.result.done():  # (not if the run was cancelled meanwhile)
+                self.result.set_exception(exc)
+        else:
+            self._end()
+            if not self.result.done():
+                self.result.set_result(value)
+
+    def run_body(self) -> R:
+        """The call's way to run the body: the run's own task runs it on the loop."""
+        after = contextvars.copy_context()
+        changed = [
+            (var, value) for var, value in after.items() if self.before.get(var) is not value
+        ]
+        if not self.gate.done():  # (cancelled with the run: `ran` holds why)
+            self.gate.set_result(changed)
+        return self.loop.run_until_complete(self.ran)
+
+    def _end(self) -> None:
+        if not self.gate.done():
+            self.gate.set_result(None)  # (it had an outcome without the body: a replay)
+
+
+async def outside_loop(
+    call: Callable[[Callable[[], T]], T], body: Callable[[], Coroutine[Any, Any, T]]
+) -> T:
+    """`call(run_body)` on the thread that drives this private loop, with the loop paused
+    (not running) meanwhile; `run_body()` returns what `body()` returns, run by this task.
+
+    For a blocking API that refuses to run inside a running loop and wraps code of ours
+    (a durable engine's synchronous step around a commit point): it runs on this thread,
+    with no hop to another thread and back. Only this sync call drives the loop (see
+    `statewise._workers`), so pausing it keeps nothing else waiting. The body runs in this
+    task, as if awaited here, and sees the context variables the call set around it."""
+    loop = asyncio.get_running_loop()
+    handed: list[_Paused[Any]] | None = getattr(_local, "paused", None)
+    if handed is None:
+        raise RuntimeError(
+            "outside_loop pauses a loop that run_sync or iterate_sync drives, from a "
+            "coroutine it runs (not from a shared loop, nor from inside another such call)"
+        )
+    paused: _Paused[T] = _Paused(loop, call)
+    handed.append(paused)
+    loop.stop()  # run_forever returns after this turn, to `_run_private`
+    try:
+        changed = await paused.gate
+        if changed is not None:
+            tokens = [(var, var.set(value)) for var, value in changed]
+            try:
+                paused.ran.set_result(await body())
+            finally:
+                for var, token in reversed(tokens):
+                    var.reset(token)
+    except BaseException as exc:
+        if not paused.ran.done():
+            paused.ran.set_exception(exc)  # the call sees it (and raises it, or another)
+    return await paused.result
 
 
 async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

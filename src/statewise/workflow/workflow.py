@@ -167,7 +167,7 @@ class Workflow(SessionOwner):
         elif resume:
             record = self._unfinished_run(spec.session_id)
             if record is not None:
-                plan = self._resume_plan(spec.session_id, record.run_id)
+                plan = self._resume_plan(spec.session_id, record.run_id, record)
         if plan is not None:
             input = plan.input
         elif input is None:
@@ -195,8 +195,12 @@ class Workflow(SessionOwner):
             return runs[-1]
         return None
 
-    def _resume_plan(self, session_id: str, run_id: str) -> _Resume:
-        record = self.db.get_run(session_id, run_id)
+    def _resume_plan(
+        self, session_id: str, run_id: str, record: RunRecord | None = None
+    ) -> _Resume:
+        """What a run to continue did so far; `record`: its record, if just read."""
+        if record is None:
+            record = self.db.get_run(session_id, run_id)
         if record is None:
             raise RunError(f"no run {run_id!r} in session {session_id!r}")
         if record.status not in RESUMABLE:
@@ -548,7 +552,7 @@ class Workflow(SessionOwner):
         record = self.db.get_run(spec.session_id, run_id)
         if record is not None and record.status == "completed":
             return None
-        plan = self._resume_plan(spec.session_id, run_id) if record is not None else None
+        plan = self._resume_plan(spec.session_id, run_id, record) if record is not None else None
         if plan is None and input is None:
             raise ConfigurationError("Workflow.advance needs input=... to start a run")
         request = _Request(

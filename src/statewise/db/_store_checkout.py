@@ -27,6 +27,7 @@ from statewise.db.planning import (
 from statewise.db.records import (
     DeltaRecord,
     ScopeKey,
+    ScopeState,
     SessionRecord,
 )
 from statewise.db.replay import apply_segments
@@ -167,11 +168,15 @@ class StoreCheckout:
                 self._catch_up(ws, stale, versions, tails)
             expire_keys(ws)
             return ws
-        loaded = self.db.load_scopes(keys)
+        # A scope at version 0 was never written: there is nothing to read (a new
+        # session's first run makes one round trip fewer). One written meanwhile makes
+        # the first commit's compare-and-swap fail and rebase, as any race does.
+        written = [key for key in keys if versions[key]]
+        loaded = self.db.load_scopes(written) if written else {}
         data: dict[str, Any] = {}
         sizes = {}
         for key in keys:
-            scope = loaded[key]
+            scope = loaded.get(key) or ScopeState(key=key)
             data.update(self.codec.decode_scope(key, scope.data))
             versions[key] = scope.version
             sizes[key] = ScopeSizes(

@@ -206,16 +206,14 @@ class TimeTravel:
                     txn.state[name] = value
             event = {"from_session": sid, "at": at, "version": version}
             source = f"fork:{sid}"
-            attempt = self._store.first_attempt(
-                txn.working, [NewEvent(type="forked", data=event)], None, None, None, source, None
-            )
+            attempt = txn.prepare([NewEvent(type="forked", data=event)], source=source)
             runs = [
                 dataclasses.replace(run, session_id=new_id)
                 for run in self._runs_up_to(sid, key, version)
             ]
             records = _fork_records(attempt.commit, runs, time.time())
             if records is None:  # (it writes a shared scope too: a commit per run, as ever)
-                self._store.land(txn.working, attempt, None)
+                txn.land(attempt)
                 for run in runs:
                     txn.commit(run=run, source=source)
                 return new_id

@@ -12,7 +12,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, overload
+from types import MethodType
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
@@ -325,13 +326,8 @@ class ToTimeTravel(Generic[P, R]):
         if obj is None:
             return self
         travel: TimeTravel = obj._time_travel  # type: ignore[attr-defined]
-        method = self.method
-
-        def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            return method(travel, *args, **kwargs)
-
-        call.__doc__ = method.__doc__
-        return call
+        # A bound method: `help()` and `inspect.signature` show the method's own.
+        return cast("Callable[P, R]", MethodType(self.method, travel))
 
 
 def _fork_records(

@@ -42,7 +42,7 @@ def shopping(db: Any = None, **kwargs: Any) -> Agent:
 def test_history_lists_every_commit_with_its_run_step_and_source() -> None:
     agent = shopping(session_state={"items": []})
     first = agent.run("a", session_id="s")
-    agent.state.set("note", "hi")
+    agent.state.for_session("s").set("note", "hi")  # (a run leaves the agent's own session)
     history = agent.get_state_history("s")
     assert [h["version"] for h in history] == [1, 2, 3]
     assert history[0]["sources"] == ["default_state"] and history[0]["run_id"] == first.run_id

@@ -24,13 +24,10 @@ SPEC = SessionSpec(session_id="s1", user_id="u1", app_name="app")
 
 
 def _append(db: BaseDb, item: str) -> None:
-    store = StateStore(db)
-    ws = store.checkout(SPEC)
-    try:
-        ws.root.setdefault("items", []).append(item)
-        store.commit(ws, source=f"item:{item}")
-    finally:
-        store.release(ws, keep=False)
+    with StateStore(db).begin(SPEC) as txn:
+        txn.state.setdefault("items", []).append(item)
+        txn.commit(source=f"item:{item}")
+        txn.close(keep=False)
 
 
 def _append_on_a_loop(db: BaseDb, item: str) -> None:
@@ -49,12 +46,10 @@ def _append_on_a_loop(db: BaseDb, item: str) -> None:
 
 
 def _items(db: BaseDb) -> list[str]:
-    store = StateStore(db)
-    ws = store.checkout(SPEC)
-    try:
-        return list(ws.root.get("items", []))
-    finally:
-        store.release(ws, keep=False)
+    with StateStore(db).begin(SPEC) as txn:
+        items = list(txn.state.get("items", []))
+        txn.close(keep=False)
+        return items
 
 
 def _round(
@@ -220,16 +215,16 @@ def test_postgres_commit_after_a_lost_race_through_a_dropped_connection_lands_ex
         store = StateStore(faulty)
         for i in range(4):
             marker[0] = f"x{i}".encode()
-            ws = store.checkout(SPEC)
+            txn = store.begin(SPEC)
             try:
-                ws.root.setdefault("items", []).append(f"x{i}")
+                txn.state.setdefault("items", []).append(f"x{i}")
                 _append(other, f"other{i}")  # lands first: the commit below loses once
-                store.commit(ws, source=f"item:x{i}")
+                txn.commit(source=f"item:x{i}")
                 ok = True
             except Exception:
                 ok = False
             finally:
-                store.release(ws, keep=False)
+                txn.close(keep=False)
             outcomes.append((ok, _items(direct).count(f"x{i}")))
         assert proxy.fired == 4
         _check(outcomes, f"PostgreSQL, rebased commit, drop {fault} at the {stage}")

@@ -83,7 +83,7 @@ def test_coordinate_members_share_state_visible_to_leader_and_later_members(
     tool_results = [m.content for m in out.messages if m.role == "tool"]
     # The remover saw the adder's writes within the same run.
     assert tool_results[2] == 'remover: items=["bread"]'
-    assert team.get_session_state() == {"items": ["bread"]}
+    assert team.get_session_state("s") == {"items": ["bread"]}
     fresh = SqliteDb(db_file=str(tmp_path / "t.db"))
     assert Agent(db=fresh).get_session_state("s") == {"items": ["bread"]}
     assert fresh.get_session("s").kind == "team"  # type: ignore[union-attr]
@@ -206,6 +206,6 @@ def test_team_state_api_and_streaming() -> None:
     )
     events = list(team.run("go", session_id="s", stream=True))
     assert events[-1].event == "run_completed"
-    team.state.set("note", "hi")
+    team.state.for_session("s").set("note", "hi")  # (a run leaves the team's own session)
     assert team.get_session_state("s") == {"items": ["x"], "note": "hi"}
     assert json.dumps(team.get_session_state("s"))

@@ -93,7 +93,9 @@ def test_function_steps_share_state_and_see_earlier_outputs() -> None:
     assert [o.step_name for o in out.step_outputs] == ["first", "second"]
     assert wf.get_session_state("s") == {"count": 11}
     wf.run("again", session_id="s")
-    assert wf.get_session_state() == {"count": 22}, "default state is a template for new sessions"
+    assert wf.get_session_state("s") == {"count": 22}, (
+        "default state is a template for new sessions"
+    )
 
 
 def test_session_state_argument_merges_and_user_scope(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """The Agent: a model, tools and instructions working on a persisted session state.
 
-The agent object holds configuration, plus `session_id`: the session it last ran, which
-a run without one continues, as Agno's agents do. Each run's working data lives in the run
-(RunContext, WorkingState), so one agent serves many concurrent runs and sessions.
+The agent object holds configuration only, grouped by concern (see `statewise.agent.options`).
+Its `session_id` is its own session, which a run without one uses; a run on another session
+leaves it as it is. Each run's ids and working data live in the run (RunRequest,
+RunContext, WorkingState), so one agent serves many concurrent runs and sessions.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing_extensions import TypeVar
 
 from statewise.agent.agentic import agentic_state_tool
 from statewise.agent.instructions import Instructions, build_system_prompt
-from statewise.agent.options import Callback
+from statewise.agent.options import Callback, ContextConfig, Option, RunConfig, SummaryConfig
 from statewise.agent.printing import print_run
+from statewise.agent.session_config import SessionConfig
 from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.agent.summaries import (
     SUMMARY_KEY,
@@ -64,7 +66,31 @@ class Agent(SessionOwner, Generic[OutputT]):
     back to the model with the reason up to `output_retries` times, and then the run fails
     with `OutputValidationError`. With `output_key` too, the value is stored in state as
     JSON in the run's last commit.
+
+    The keywords are kept in groups (`context_config`, `summary_config`, `run_config`,
+    `session_config`), each also readable and settable under its keyword's name
+    (`agent.max_steps`, `agent.markdown`, `agent.db`, ...). A run reads them and writes
+    none: its session, user and working data live in the run.
     """
+
+    add_session_state_to_context = Option[bool]("context_config")
+    enable_agentic_state = Option[bool]("context_config")
+    resolve_in_context = Option[bool]("context_config")
+    add_history_to_context = Option[bool]("context_config")
+    num_history_runs = Option[int]("context_config")
+    markdown = Option[bool]("context_config")
+    expose_secrets_to_model = Option[bool]("context_config")
+    strict_templates = Option[bool]("context_config")
+    enable_session_summaries = Option[bool]("summary_config")
+    add_session_summary_to_context = Option[bool | None]("summary_config")
+    session_summary_manager = Option[SessionSummaryManager | None]("summary_config")
+    output_key = Option[str | None]("run_config")
+    output_schema = Option[type[Any] | dict[str, Any] | None]("run_config")
+    output_retries = Option[int]("run_config")
+    max_steps = Option[int]("run_config")
+    run_timeout = Option[float | None]("run_config")
+    overwrite_db_session_state = Option[bool]("run_config")
+    debug_mode = Option[bool]("run_config")
 
     def __init__(
         self,
@@ -116,50 +142,47 @@ class Agent(SessionOwner, Generic[OutputT]):
         self.instructions = instructions
         self.tools = list(tools or [])
         self.tool_hooks = tuple(tool_hooks or ())
-        self._init_sessions(
-            session_state=session_state,
-            db=db_or_storage(db, storage),
-            session_id=session_id,
-            user_id=user_id,
-            app_name=app_name,
-            state_schema=state_schema,
-            state_rules=state_rules,
-            default_state_rule=default_state_rule,
-            secret_keys=secret_keys,
+        self._hold_sessions(
+            SessionConfig(
+                kind=self._kind,
+                name=name,
+                session_state=session_state,
+                db=db_or_storage(db, storage),
+                session_id=session_id,
+                user_id=user_id,
+                app_name=app_name,
+                state_schema=state_schema,
+                state_rules=state_rules,
+                default_state_rule=default_state_rule,
+                secret_keys=secret_keys,
+            )
         )
-        self.add_session_state_to_context = add_session_state_to_context
-        self.enable_agentic_state = enable_agentic_state
-        self.overwrite_db_session_state = overwrite_db_session_state
-        self.resolve_in_context = resolve_in_context
-        self.add_history_to_context = add_history_to_context
-        self.num_history_runs = num_history_runs
-        self.markdown = markdown
-        self.expose_secrets_to_model = expose_secrets_to_model
-        self.output_key = output_key
-        self.output_schema = output_schema
+        self.context_config = ContextConfig(
+            add_session_state_to_context=add_session_state_to_context,
+            enable_agentic_state=enable_agentic_state,
+            resolve_in_context=resolve_in_context,
+            add_history_to_context=add_history_to_context,
+            num_history_runs=num_history_runs,
+            markdown=markdown,
+            expose_secrets_to_model=expose_secrets_to_model,
+            strict_templates=strict_templates,
+        )
+        self.summary_config = SummaryConfig(
+            enable_session_summaries=enable_session_summaries,
+            add_session_summary_to_context=add_session_summary_to_context,
+            session_summary_manager=session_summary_manager,
+        )
+        self.run_config = RunConfig(
+            output_key=output_key,
+            output_schema=output_schema,
+            output_retries=output_retries,
+            max_steps=max_steps,
+            run_timeout=run_timeout,
+            overwrite_db_session_state=overwrite_db_session_state,
+            debug_mode=debug_mode,
+        )
         self._answer_schema: OutputSchema[OutputT] | None = (
             OutputSchema(output_schema, name=name) if output_schema is not None else None
-        )
-        if output_retries < 0:
-            raise ConfigurationError(f"output_retries must be 0 or more, got {output_retries}")
-        self.output_retries = output_retries
-        if max_steps < 1:
-            raise ConfigurationError(f"max_steps must be at least 1, got {max_steps}")
-        self.max_steps = max_steps
-        self.debug_mode = debug_mode
-        self.strict_templates = strict_templates
-        # Seconds a run (or a continuation) may take (None: no limit); past them it ends
-        # `failed` with the reason.
-        self.run_timeout = check_run_timeout(run_timeout)
-        # Summaries are made after each completed run when enabled (or when a manager is
-        # given) and shown in the system prompt unless `add_session_summary_to_context`
-        # says otherwise; the prompt can show summaries another process made, too.
-        self.enable_session_summaries = enable_session_summaries
-        self.session_summary_manager = session_summary_manager
-        self.add_session_summary_to_context = (
-            enable_session_summaries or session_summary_manager is not None
-            if add_session_summary_to_context is None
-            else add_session_summary_to_context
         )
         given = (
             before_agent_callback,
@@ -242,16 +265,16 @@ class Agent(SessionOwner, Generic[OutputT]):
         made again when an attribute it holds was set to another object since."""
         if injected or client_tools:
             return self._make_runtime(injected or {}, tuple(client_tools))
-        rt = self._shared_runtime
+        rt, limits = self._shared_runtime, self.run_config
         if (
             rt is None
             or rt.model is not self.model
             or rt.name is not self.name
             or rt.callbacks is not self.callbacks
             or rt.tool_hooks is not self.tool_hooks
-            or rt.output_key is not self.output_key
-            or rt.output_retries is not self.output_retries
-            or rt.max_steps is not self.max_steps
+            or rt.output_key is not limits.output_key
+            or rt.output_retries is not limits.output_retries
+            or rt.max_steps is not limits.max_steps
         ):
             rt = self._shared_runtime = self._make_runtime({}, ())
         return rt
@@ -267,28 +290,29 @@ class Agent(SessionOwner, Generic[OutputT]):
             system_prompt=self._system_prompt,
             tool_hooks=self.tool_hooks,
             callbacks=self.callbacks,
-            output_key=self.output_key,
+            output_key=self.run_config.output_key,
             output=self._answer_schema,
-            output_retries=self.output_retries,
-            max_steps=self.max_steps,
+            output_retries=self.run_config.output_retries,
+            max_steps=self.run_config.max_steps,
             agent=self,
             injected=injected,
             tool_sources=tuple(self._tool_sources),
         )
 
     def _system_prompt(self, ctx: RunContext) -> str | None:
+        context, summaries = self.context_config, self.summary_config
         if not (
             self.description
             or self.instructions
-            or self.markdown
-            or self.add_session_state_to_context
-            or self.enable_agentic_state
-            or self.add_session_summary_to_context
+            or context.markdown
+            or context.add_session_state_to_context
+            or context.enable_agentic_state
+            or summaries.add_session_summary_to_context
         ):
             return None  # nothing to render, so no state to read
         summary = (
             SessionSummary.from_dict(ctx.session_state.get(SUMMARY_KEY))
-            if self.add_session_summary_to_context
+            if summaries.add_session_summary_to_context
             else None
         )
         return build_system_prompt(
@@ -296,13 +320,13 @@ class Agent(SessionOwner, Generic[OutputT]):
             ctx=ctx,
             description=self.description,
             instructions=self.instructions,
-            resolve_in_context=self.resolve_in_context,
-            markdown=self.markdown,
-            add_session_state_to_context=self.add_session_state_to_context,
-            enable_agentic_state=self.enable_agentic_state,
+            resolve_in_context=context.resolve_in_context,
+            markdown=context.markdown,
+            add_session_state_to_context=context.add_session_state_to_context,
+            enable_agentic_state=context.enable_agentic_state,
             secret_keys=self._store.secret_keys_in(ctx.session_state),
-            expose_secrets_to_model=self.expose_secrets_to_model,
-            strict_templates=self.strict_templates,
+            expose_secrets_to_model=context.expose_secrets_to_model,
+            strict_templates=context.strict_templates,
             extra=[summary.as_context()] if summary is not None else (),
         )
 
@@ -315,21 +339,19 @@ class Agent(SessionOwner, Generic[OutputT]):
         stream: bool,
         run_timeout: float | None = None,
     ) -> RunRequest:
-        spec = self._spec(session_id, user_id)
-        # The agent continues with the session it last ran, as Agno's does.
-        # It does not remember the caller's user_id: a server sharing one agent between
-        # users must never run one user's request as another's.
-        self.session_id = spec.session_id
+        # The run's session and user go in the request, never onto the agent: concurrent
+        # runs on other sessions cannot change what this one, or a later call, uses.
+        limits = self.run_config
         return RunRequest(
             input=input if isinstance(input, str) else str(input),
-            spec=spec,
+            spec=self._spec(session_id, user_id),
             defaults=self._default_state(),
             session_state=session_state,
-            overwrite=self.overwrite_db_session_state,
-            history_runs=self.num_history_runs if self.add_history_to_context else None,
+            overwrite=limits.overwrite_db_session_state,
+            history_runs=self.context_config.history_runs,
             stream=stream,
             # A run's own `run_timeout=` wins over the agent's.
-            run_timeout=self.run_timeout if run_timeout is None else check_run_timeout(run_timeout),
+            run_timeout=_timeout(limits, run_timeout),
         )
 
     def _output(
@@ -348,27 +370,19 @@ class Agent(SessionOwner, Generic[OutputT]):
             lambda emit: self._summarized(drive_run(rt, store, request, emit), request.spec)
         )
 
-    def _summarizer(self) -> SessionSummaryManager | None:
-        if self.session_summary_manager is not None:
-            return self.session_summary_manager
-        if not self.enable_session_summaries:
-            return None
-        self.session_summary_manager = SessionSummaryManager()
-        return self.session_summary_manager
-
     async def _summarized(
         self, run: Coroutine[Any, Any, RunOutput[OutputT]], spec: SessionSpec
     ) -> RunOutput[OutputT]:
         """The run, then (when it completed) the session's summary brought up to date in a
         commit of its own; a summary that fails is logged, never the run's failure."""
         output = await run
-        summarizer = self._summarizer()
+        summarizer = self.summary_config.summarizer()
         if summarizer is not None and output.status == "completed":
             await summarizer.aupdate(self._store, spec, self.model)
         return output
 
     def get_session_summary(self, session_id: str | None = None) -> SessionSummary | None:
-        """The session's summary (default: the session this agent last ran), with the
+        """The session's summary (default: the agent's own session), with the
         range of runs it covers; None before the first one is made."""
         return run_sync(self.aget_session_summary(session_id))
 
@@ -393,9 +407,9 @@ class Agent(SessionOwner, Generic[OutputT]):
             run_id=run_id,
             spec=self._spec(session_id, None),
             approvals=approvals,
-            history_runs=self.num_history_runs if self.add_history_to_context else None,
+            history_runs=self.context_config.history_runs,
             stream=stream,
-            run_timeout=self.run_timeout if run_timeout is None else check_run_timeout(run_timeout),
+            run_timeout=_timeout(self.run_config, run_timeout),
         )
         rt, store = self._runtime(client_tools=client_tools), self._store
         return lambda emit: self._summarized(drive_continue(rt, store, request, emit), request.spec)
@@ -564,7 +578,7 @@ class Agent(SessionOwner, Generic[OutputT]):
         return print_run(
             iterate_sync(self._events(request)),
             input=request.input,
-            markdown=self.markdown,
+            markdown=self.context_config.markdown,
             stream=stream,
             show_tool_calls=show_tool_calls,
         )
@@ -585,7 +599,12 @@ class Agent(SessionOwner, Generic[OutputT]):
         return await aprint_run(
             self._events(request),
             input=request.input,
-            markdown=self.markdown,
+            markdown=self.context_config.markdown,
             stream=stream,
             show_tool_calls=show_tool_calls,
         )
+
+
+def _timeout(limits: RunConfig, per_run: float | None) -> float | None:
+    """A run's deadline in seconds: its own `run_timeout=`, else the agent's."""
+    return limits.run_timeout if per_run is None else check_run_timeout(per_run)

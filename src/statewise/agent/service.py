@@ -30,7 +30,7 @@ from statewise.agent.sessions import (
     replace_session_state,
 )
 from statewise.agent.summaries import SessionSummary, aread_summary
-from statewise.agent.timetravel import TimeTravel
+from statewise.agent.timetravel import TimeTravel, ToTimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.listing import SessionPage, order_key, page_of
 from statewise.db.memory import InMemoryDb
@@ -90,7 +90,7 @@ class SessionState:
     version: int
 
 
-class Sessions(TimeTravel):
+class Sessions:
     """Every session on one database (an object or a URL such as `sqlite:///app.db`).
 
     Time travel (`get_state_history`, `get_state_at`, `diff_state`, `rollback_state`,
@@ -104,6 +104,7 @@ class Sessions(TimeTravel):
         self._store = StateStore(self.db)
         self._owns_db = isinstance(db, str)  # a database object stays its owner's to close
         self._owner: SessionOwner | None = None
+        self._time_travel = TimeTravel(_AnySession(self))
 
     @classmethod
     def of(cls, owner: SessionOwner) -> Sessions:
@@ -116,6 +117,7 @@ class Sessions(TimeTravel):
         sessions.db = sessions._store.db
         sessions._owns_db = False
         sessions._owner = owner
+        sessions._time_travel = TimeTravel(_AnySession(sessions))
         return sessions
 
     def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
@@ -308,9 +310,16 @@ class Sessions(TimeTravel):
     ) -> dict[str, Any]:
         """The session's own state at a version (int) or after a run (run id), secret
         values redacted."""
-        state = super().get_state_at(session_id, at)
+        state = self._time_travel.get_state_at(session_id, at)
         assert session_id is not None  # `_spec` refused None
         return self._redaction(session_id).state(state)
+
+    get_state_history = ToTimeTravel(TimeTravel.get_state_history)
+    diff_state = ToTimeTravel(TimeTravel.diff_state)
+    rollback_state = ToTimeTravel(TimeTravel.rollback_state)
+    fork_session = ToTimeTravel(TimeTravel.fork_session)
+    export_session = ToTimeTravel(TimeTravel.export_session)
+    import_sessions = ToTimeTravel(TimeTravel.import_sessions)
 
     def events(
         self,
@@ -469,6 +478,27 @@ class Sessions(TimeTravel):
 
 COMPACT_PAGE = 500
 """Sessions `Sessions.compact` lists at a time when it compacts them all."""
+
+
+class _AnySession:
+    """Time travel's source for `Sessions`: any session on the database, owned as its
+    record says, its history redacted by its app's registry."""
+
+    def __init__(self, sessions: Sessions) -> None:
+        self.sessions = sessions
+
+    @property
+    def store(self) -> StateStore:
+        return self.sessions._store
+
+    def spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        return self.sessions._spec(session_id, user_id)
+
+    def fork_spec(self, new_id: str, source: SessionRecord | None) -> SessionSpec:
+        return self.sessions._fork_spec(new_id, source)
+
+    def redaction(self, session_id: str) -> Redaction:
+        return self.sessions._redaction(session_id)
 
 
 def _redacted(read: StateRead) -> StateRead:

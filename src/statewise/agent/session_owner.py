@@ -1,26 +1,24 @@
 """What agents, teams and workflows share: sessions, their state, and time travel.
 
-One implementation of the session API (the same behaviour on all three), so the façades cannot drift apart.
+One implementation of the session API (the same behaviour on all three), so the façades
+cannot drift apart. The behaviour lives in the objects an owner holds (`SessionConfig`,
+`TimeTravel`, `SessionStateAPI`); `SessionOwner` only hands each call to one of them.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from statewise.agent.session_config import SessionConfig
 from statewise.agent.state_api import SessionStateAPI
-from statewise.agent.timetravel import TimeTravel
+from statewise.agent.timetravel import TimeTravel, ToTimeTravel
 from statewise.db.base import BaseDb, validate_id
 from statewise.db.store import SessionSpec, StateStore
-from statewise.db.url import resolve_db
 from statewise.exceptions import ConfigurationError
 from statewise.run.driver import deep_merge
-from statewise.state.jsonvalue import to_json_value
-from statewise.state.merge import Rules
-from statewise.state.reducers import Rule
 from statewise.state.schema import StateSchema
 
 
@@ -61,94 +59,103 @@ def db_or_storage(db: BaseDb | str | None, storage: BaseDb | str | None) -> Base
     return storage if storage is not None else db
 
 
-class SessionOwner(TimeTravel):
-    """Sessions identified by `session_id`, owned by `user_id`, in the app `app_name`;
-    `session_state` is the template for new sessions."""
+class SessionOwner:
+    """The session API agents, teams and workflows share, written once so the three cannot
+    drift apart. It holds nothing but two objects and hands each call to one of them:
+    `session_config` (`SessionConfig`: the database, the store, the state template, the
+    owner's session, user and app) and a `TimeTravel` over it (history, rollback, fork,
+    export). The flat names (`db`, `session_state`, `session_id`, `user_id`, `app_name`,
+    `schema`, `has_own_db`) read the configuration.
+    """
 
     _kind = "agent"
     name: str | None
+    session_config: SessionConfig
+    _time_travel: TimeTravel
 
-    def _init_sessions(
-        self,
-        *,
-        session_state: Mapping[str, Any] | None,
-        db: BaseDb | str | None,
-        session_id: str | None,
-        user_id: str | None,
-        app_name: str | None,
-        state_schema: type | None,
-        state_rules: Mapping[str, Rule] | None,
-        default_state_rule: Rule = "last_write_wins",
-        secret_keys: Sequence[str] | None,
-    ) -> None:
-        self.schema = StateSchema.from_type(state_schema) if state_schema is not None else None
-        defaults = dict(self.schema.defaults()) if self.schema else {}
-        defaults.update(to_json_value(dict(session_state or {}), ()))
-        self.session_state: dict[str, Any] = defaults
-        self.db: BaseDb = resolve_db(db)
-        # Whether db= (or STATEWISE_DB_URL) chose the database: one that was not given is
-        # a fresh in-memory one, which a server may replace (`create_app(db=...)`).
-        self.has_own_db = db is not None or bool(os.environ.get("STATEWISE_DB_URL"))
-        self.session_id = validate_id(session_id) if session_id is not None else None
-        self.user_id = validate_id(user_id, "user_id") if user_id is not None else None
-        self.app_name = app_name or self.name or "default"
-        rules = Rules(state_rules or {}, default=default_state_rule)
-        if self.schema is not None:
-            rules = Rules(self.schema.rules(), default=default_state_rule).merged(rules)
-        self._store = StateStore(
-            self.db, rules=rules, schema=self.schema, secret_keys=secret_keys or ()
-        )
-        if self._store.secret_keys:
-            # Declared secrets need the encryption key: say so now, not at the first
-            # commit deep inside a run.
-            _ = self._store.cipher
+    def _hold_sessions(self, config: SessionConfig) -> None:
+        self.session_config = config
+        self._time_travel = TimeTravel(config)
 
-    def _default_state(self) -> dict[str, Any]:
-        return self.session_state
+    # ---- the configuration, by its flat names ------------------------------------------------
 
-    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
-        if session_id is None:
-            if self.session_id is None:
-                self.session_id = str(uuid.uuid4())
-            session_id = self.session_id
-        validate_id(session_id)
-        if user_id is not None:
-            validate_id(user_id, "user_id")
-        return SessionSpec(
-            session_id=session_id,
-            user_id=user_id if user_id is not None else self.user_id,
-            app_name=self.app_name,
-            kind=self._kind,
-            owner_required=user_id is not None,  # named for this call: that user's only
-        )
+    @property
+    def db(self) -> BaseDb:
+        return self.session_config.db
 
     @property
     def storage(self) -> BaseDb:
         """Agno's name for `db`."""
-        return self.db
+        return self.session_config.db
+
+    @property
+    def session_state(self) -> dict[str, Any]:
+        """The state template new sessions start with (a run never changes it)."""
+        return self.session_config.session_state
+
+    @property
+    def session_id(self) -> str | None:
+        """The owner's own session, which calls without a `session_id` use (None until
+        the first such call makes one). Runs on other sessions leave it as it is."""
+        return self.session_config.session_id
+
+    @session_id.setter
+    def session_id(self, session_id: str | None) -> None:
+        self.session_config.session_id = validate_id(session_id) if session_id else None
+
+    @property
+    def user_id(self) -> str | None:
+        return self.session_config.user_id
+
+    @user_id.setter
+    def user_id(self, user_id: str | None) -> None:
+        self.session_config.user_id = validate_id(user_id, "user_id") if user_id else None
+
+    @property
+    def app_name(self) -> str:
+        return self.session_config.app_name
+
+    @property
+    def schema(self) -> StateSchema | None:
+        return self.session_config.schema
+
+    @property
+    def has_own_db(self) -> bool:
+        """Whether db= (or STATEWISE_DB_URL) chose the database (see `SessionConfig`)."""
+        return self.session_config.has_own_db
+
+    @property
+    def _store(self) -> StateStore:
+        return self.session_config.store
+
+    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
+        return self.session_config.spec(session_id, user_id)
+
+    def _default_state(self) -> dict[str, Any]:
+        return self.session_config.session_state
+
+    # ---- sessions and their state ---------------------------------------------------------
 
     @property
     def state(self) -> SessionStateAPI:
         """The current session's state, read and written outside a run."""
-        return SessionStateAPI(self)
+        return SessionStateAPI(self.session_config)
 
     def get_session_state(self, session_id: str | None = None) -> dict[str, Any]:
         """A copy of a session's state (the current session's by default)."""
-        return SessionStateAPI(self, session_id).get_all()
+        return SessionStateAPI(self.session_config, session_id).get_all()
 
     def update_session_state(
         self, updates: Mapping[str, Any], session_id: str | None = None
     ) -> dict[str, Any]:
         """Deep-merge `updates` into a session's stored state, committed at once."""
-        api = SessionStateAPI(self, session_id)
+        api = SessionStateAPI(self.session_config, session_id)
         api._write("api:update_session_state", lambda s: deep_merge(s, updates))
         return api.get_all()
 
     def use_db(self, db: BaseDb | str) -> None:
         """Keep sessions in another database (an object or a URL) from now on."""
-        self.db = resolve_db(db)
-        self._store = self._store.on(self.db)
-        self.has_own_db = True
+        self.session_config.use_db(db)
 
     def create_session(self, session_id: str | None = None, *, user_id: str | None = None) -> str:
         """Create a new, empty session and return its id (its first run or state read
@@ -188,3 +195,13 @@ class SessionOwner(TimeTravel):
 
     def prune_sessions(self, *, older_than: float | timedelta | datetime) -> int:
         return self.db.prune_sessions(older_than=older_than)
+
+    # ---- history, time travel, fork, export (`TimeTravel`) --------------------------------
+
+    get_state_history = ToTimeTravel(TimeTravel.get_state_history)
+    get_state_at = ToTimeTravel(TimeTravel.get_state_at)
+    diff_state = ToTimeTravel(TimeTravel.diff_state)
+    rollback_state = ToTimeTravel(TimeTravel.rollback_state)
+    fork_session = ToTimeTravel(TimeTravel.fork_session)
+    export_session = ToTimeTravel(TimeTravel.export_session)
+    import_sessions = ToTimeTravel(TimeTravel.import_sessions)

@@ -41,7 +41,8 @@ from statewise.state.tracked import TrackedDict, to_plain
 
 
 class _HasStore(Protocol):
-    _store: StateStore
+    @property
+    def _store(self) -> StateStore: ...
 
     def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec: ...
 

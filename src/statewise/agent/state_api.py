@@ -31,13 +31,14 @@ T = TypeVar("T")
 
 class StateOwner(Protocol):
     """What `agent.state` reads and writes through: the owner's store, the spec of a
-    session, and the state a new session starts with (`SessionOwner` is one)."""
+    session, and the state a new session starts with (`SessionConfig` is one)."""
 
-    _store: StateStore
+    @property
+    def store(self) -> StateStore: ...
 
-    def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec: ...
+    def spec(self, session_id: str | None, user_id: str | None) -> SessionSpec: ...
 
-    def _default_state(self) -> dict[str, Any]: ...
+    def default_state(self) -> dict[str, Any]: ...
 
 
 def _no_temp(key: str) -> None:
@@ -59,10 +60,10 @@ class SessionStateAPI:
 
     @contextmanager
     def _checked_out(self, source: str | None) -> Iterator[WorkingState]:
-        spec = self._agent._spec(self._session_id, None)
-        with self._agent._store.begin(spec) as txn:
+        spec = self._agent.spec(self._session_id, None)
+        with self._agent.store.begin(spec) as txn:
             # A session that does not exist yet reads as the agent's default state.
-            initialize_state(txn.working, self._agent._default_state(), None, False)
+            initialize_state(txn.working, self._agent.default_state(), None, False)
             yield txn.working
             if source is not None and txn.has_changes:
                 txn.commit(source=source)

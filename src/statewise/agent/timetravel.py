@@ -10,9 +10,12 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MethodType
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Protocol, cast, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from statewise.db.base import split_records
 from statewise.db.records import (
@@ -39,14 +42,41 @@ from statewise.state.tracked import to_plain
 if TYPE_CHECKING:
     from statewise.db.store import SessionSpec, StateStore
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class SessionSource(Protocol):
+    """Where time travel finds sessions: the store, the spec a session id stands for, who
+    a fork belongs to, and what its history hides. An agent's `SessionConfig` is one (its
+    own sessions, its rules); `Sessions` has one for any session on a database."""
+
+    @property
+    def store(self) -> StateStore: ...
+
+    def spec(self, session_id: str | None, user_id: str | None) -> SessionSpec: ...
+
+    def fork_spec(self, new_id: str, source: SessionRecord | None) -> SessionSpec: ...
+
+    def redaction(self, session_id: str) -> Redaction: ...
+
 
 class TimeTravel:
-    """Mixed into Agent, Team and Workflow; needs `_store` and `_spec`."""
+    """History, time travel, rollback, fork, export and import over a `SessionSource`.
 
-    _store: StateStore
+    Agents, teams, workflows and `Sessions` each hold one and hand these calls to it
+    (`ToTimeTravel`), so the behaviour is written once and depends only on its source,
+    not on what the object holding it inherits."""
+
+    def __init__(self, source: SessionSource) -> None:
+        self.source = source
+
+    @property
+    def _store(self) -> StateStore:
+        return self.source.store
 
     def _spec(self, session_id: str | None, user_id: str | None) -> SessionSpec:
-        raise NotImplementedError
+        return self.source.spec(session_id, user_id)
 
     def _session_key(self, session_id: str | None) -> tuple[str, ScopeKey]:
         spec = self._spec(session_id, None)
@@ -96,12 +126,7 @@ class TimeTravel:
         ]
 
     def _redaction(self, session_id: str) -> Redaction:
-        """What to hide when showing the session's history: its secret keys, declared
-        here or recorded by its app (the one place: `statewise.state.secrets`)."""
-        record = self._store.db.get_session(session_id)
-        if record is None or record.app_name is None:
-            return Redaction(self._store.secret_keys)
-        return Redaction(self._store.app_secret_keys(record.app_name))
+        return self.source.redaction(session_id)
 
     def _version_of(self, key: ScopeKey, at: int | str | None) -> int:
         if at is None:
@@ -195,7 +220,7 @@ class TimeTravel:
         version = self._version_of(key, at)
         target = self._store.plain_scope_at(key, version)
         new_id = new_session_id or str(uuid.uuid4())
-        spec = self._fork_spec(new_id, self._store.db.get_session(sid))
+        spec = self.source.fork_spec(new_id, self._store.db.get_session(sid))
         try:
             txn = self._store.begin(spec, mode="create")
         except SessionExistsError:
@@ -206,16 +231,14 @@ class TimeTravel:
                     txn.state[name] = value
             event = {"from_session": sid, "at": at, "version": version}
             source = f"fork:{sid}"
-            attempt = self._store.first_attempt(
-                txn.working, [NewEvent(type="forked", data=event)], None, None, None, source, None
-            )
+            attempt = txn.prepare([NewEvent(type="forked", data=event)], source=source)
             runs = [
                 dataclasses.replace(run, session_id=new_id)
                 for run in self._runs_up_to(sid, key, version)
             ]
             records = _fork_records(attempt.commit, runs, time.time())
             if records is None:  # (it writes a shared scope too: a commit per run, as ever)
-                self._store.land(txn.working, attempt, None)
+                txn.land(attempt)
                 for run in runs:
                     txn.commit(run=run, source=source)
                 return new_id
@@ -230,10 +253,6 @@ class TimeTravel:
             finally:
                 txn.close(keep=False)  # (what landed was not written through it)
         return new_id
-
-    def _fork_spec(self, new_id: str, source: SessionRecord | None) -> SessionSpec:
-        """Who a fork belongs to: the source session's user, under this object's app."""
-        return self._spec(new_id, source.user_id if source else None)
 
     def _runs_up_to(self, session_id: str, key: ScopeKey, version: int) -> list[RunRecord]:
         """The finished runs of a session whose state changes all lie at or before
@@ -284,6 +303,31 @@ class TimeTravel:
             self._store.db.import_records(session, deltas, events, runs)
             imported.append(session.session_id)
         return imported
+
+
+class ToTimeTravel(Generic[P, R]):
+    """One `TimeTravel` method offered on an object that holds a `TimeTravel` as
+    `_time_travel`: `get_state_at = ToTimeTravel(TimeTravel.get_state_at)` makes
+    `agent.get_state_at(...)` call `agent._time_travel.get_state_at(...)`, with the same
+    signature for type checkers and the same docstring."""
+
+    def __init__(self, method: Callable[Concatenate[TimeTravel, P], R]) -> None:
+        self.method = method
+        self.__doc__ = method.__doc__
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> ToTimeTravel[P, R]: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> Callable[P, R]: ...
+
+    def __get__(
+        self, obj: object | None, objtype: type | None = None
+    ) -> ToTimeTravel[P, R] | Callable[P, R]:
+        if obj is None:
+            return self
+        travel: TimeTravel = obj._time_travel  # type: ignore[attr-defined]
+        # A bound method: `help()` and `inspect.signature` show the method's own.
+        return cast("Callable[P, R]", MethodType(self.method, travel))
 
 
 def _fork_records(

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from statewise import tune_collector
+from statewise import Agent, Workflow, tune_collector
 from statewise.exceptions import ConfigurationError, MissingDependencyError, StatewiseError
 
 DEMO_TARGET = "statewise.server.demo:build_apps"
@@ -26,7 +26,7 @@ LOOPBACK = "127.0.0.1"
 
 
 def _servable(obj: Any) -> bool:
-    return hasattr(obj, "arun") and hasattr(obj, "_store")
+    return isinstance(obj, Agent | Workflow)  # (a Team is an Agent)
 
 
 def split_target(target: str) -> tuple[str, str | None]:

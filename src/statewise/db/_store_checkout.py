@@ -137,7 +137,8 @@ class StoreCheckout:
 
     # ---- checkout / release ------------------------------------------------------------
 
-    def checkout(self, spec: SessionSpec) -> WorkingState:
+    def _checkout(self, spec: SessionSpec) -> WorkingState:
+        """A session's state, checked out for one transaction (`StateStore.begin`)."""
         validate_id(spec.session_id, "session_id")
         if spec.user_id is not None:
             validate_id(spec.user_id, "user_id")
@@ -221,8 +222,8 @@ class StoreCheckout:
                 f"a default)",
             ) from exc
 
-    def release(self, ws: WorkingState, *, keep: bool = True) -> None:
-        """Return a checked-out state. Uncommitted changes are dropped, temp: keys too."""
+    def _release(self, ws: WorkingState, *, keep: bool = True) -> None:
+        """Return a checked-out state (a transaction's close). Uncommitted changes are dropped, temp: keys too."""
         for key in [k for k in ws.root if k.startswith(TEMP_PREFIX)]:
             dict.pop(ws.root, key)
         if ws.has_changes or not keep or ws.record is None:

@@ -97,30 +97,10 @@ class StoreCommits(StoreCheckout):
         if touched:
             self.schema.validate_keys(ws.root, touched)
 
-    def commit(
-        self,
-        ws: WorkingState,
-        events: Sequence[NewEvent] = (),
-        run: RunRecord | None = None,
-        run_id: str | None = None,
-        step: int | None = None,
-        source: str = "unattributed",
-        commit_id: str | None = None,
-        policy: CommitPolicy | None = None,
-    ) -> Committed:
-        """Persist the pending ops with `events` (and `run`), rebasing on lost races.
-
-        Transactions call this; see `Transaction.commit` for the parameters. The common
-        case (the first attempt lands) builds one `Commit` and nothing else: what a rebase
-        needs (`PendingCommit`) is made only when a race was lost.
-        """
-        attempt = self.first_attempt(ws, events, run, run_id, step, source, commit_id)
-        return self.land(ws, attempt, policy)
-
-    async def aland(
+    async def _aland(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        """`land` from a shared event loop (for `AsyncTransaction.commit`, which builds the
+        """`_land` from a shared event loop (for `AsyncTransaction.commit`, which builds the
         attempt on the loop: it is CPU only, and built in a worker thread it would wait for
         the loop's thread to hand over the interpreter lock). The write goes through the
         database's async commit (a worker thread, or the async driver on this loop), and
@@ -134,15 +114,15 @@ class StoreCommits(StoreCheckout):
         run inline anyway and no other task can cancel this one half-way: there the sync
         shell lands it, without a task of its own and the turn of the loop that costs."""
         if runs_inline():
-            return self.land(ws, attempt, policy)
-        landing = asyncio.ensure_future(self._aland(ws, attempt, policy))
+            return self._land(ws, attempt, policy)
+        landing = asyncio.ensure_future(self._aland_checked(ws, attempt, policy))
         landing.add_done_callback(_retrieve)  # (an outcome nobody awaits any more)
         return await asyncio.shield(landing)
 
-    async def _aland(
+    async def _aland_checked(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        """`_aland_once`, with the retention policy's checks around it (see `land`)."""
+        """`_aland_once`, with the retention policy's checks around it (see `_land`)."""
         session_id = ws.spec.session_id
         if is_old_id(attempt.commit_id):
             await self.db.run_io(check_commit_id, self.db, session_id, attempt.commit_id)
@@ -167,7 +147,7 @@ class StoreCommits(StoreCheckout):
             return await self.db.run_io(self._landed, ws, attempt, result)
         return self._landed(ws, attempt, result)
 
-    def first_attempt(
+    def _first_attempt(
         self,
         ws: WorkingState,
         events: Sequence[NewEvent],
@@ -177,8 +157,10 @@ class StoreCommits(StoreCheckout):
         source: str,
         commit_id: str | None,
     ) -> CommitAttempt:
-        """The commit of everything pending, as first tried (no I/O; `land` or `aland`
-        writes it)."""
+        """The commit of everything pending, as first tried (no I/O; `_land` or `_aland`
+        writes it). The common case (the first attempt lands) builds one `Commit` and
+        nothing else: what a rebase needs (`PendingCommit`) is made only when a race was
+        lost."""
         if commit_id is None:
             commit_id = new_id()
         else:
@@ -193,7 +175,7 @@ class StoreCommits(StoreCheckout):
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
         return CommitAttempt(commit_id, segments, undo, events, commit, changes)
 
-    def land(
+    def _land(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
         """Write `attempt`, rebasing it if it lost a race, and record what landed.

@@ -7,8 +7,9 @@ committed with a compare-and-swap on each scope's version. When another writer g
 first, the ops are rebased onto the latest stored state (commuting ops merge, true
 conflicts go by the key's rule and are recorded) and the commit is tried again.
 
-Writers do not call `checkout`/`commit`/`release` themselves: they open a transaction
-(`StateStore.begin` / `abegin`, see `statewise.db.transaction`), which owns that lifecycle.
+The transaction is the only write API: a writer opens one (`StateStore.begin` / `abegin`,
+see `statewise.db.transaction`), which owns the lifecycle; checkout, commit and release
+are the store's private methods, called only by the transaction.
 
 `StateStore` is built in layers, one concern each, as a chain of base classes (each
 layer's methods call the layers below through `self`, as they did in one class; the
@@ -124,7 +125,7 @@ class StateStore(StoreCommits):
         at_versions: Mapping[ScopeKey, int] | None = None,
     ) -> WorkingState:
         if at_versions is None:
-            working = self.checkout(spec)
+            working = self._checkout(spec)
         else:
             working = checkout_at(self, spec, at_versions)
         try:
@@ -138,7 +139,7 @@ class StateStore(StoreCommits):
                 if current != policy.expected_version:
                     raise StaleStateVersionError(sid, policy.expected_version, current)
         except BaseException:
-            self.release(working, keep=False)
+            self._release(working, keep=False)
             raise
         return working
 
@@ -155,13 +156,13 @@ class StateStore(StoreCommits):
     def read_state(self, spec: SessionSpec) -> tuple[dict[str, Any], int]:
         """A session's visible state and the session scope's version of exactly that
         state (read together, so an ETag always names the state it comes with)."""
-        working = self.checkout(spec)
+        working = self._checkout(spec)
         try:
             if working.is_new:
                 raise SessionNotFoundError(f"no session {spec.session_id!r}")
             return working.plain(), working.versions.get(ScopeKey("session", spec.session_id), 0)
         finally:
-            self.release(working, keep=not working.has_changes)
+            self._release(working, keep=not working.has_changes)
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session for good: a run still writing it fails its next commit."""

@@ -126,7 +126,7 @@ class TransactionCore:
         commit_id: str | None,
     ) -> Committed:
         attempt = self._attempt(events, run, run_id, step, source, commit_id)
-        return self.store.land(self.working, attempt, self.policy)
+        return self.store._land(self.working, attempt, self.policy)
 
     def _attempt(
         self,
@@ -142,7 +142,7 @@ class TransactionCore:
             raise StateError("this session transaction is closed")
         if self.detached:
             raise StateError("a branch of a session transaction cannot commit")
-        return self.store.first_attempt(self.working, events, run, run_id, step, source, commit_id)
+        return self.store._first_attempt(self.working, events, run, run_id, step, source, commit_id)
 
     def state_loader(self) -> StateLoader:
         """A function returning the state as it is now, even after later commits."""
@@ -159,7 +159,7 @@ class TransactionCore:
         if not keep:
             self.working.discard_uncommitted()
         if not self.detached:
-            self.store.release(self.working, keep=keep)
+            self.store._release(self.working, keep=keep)
 
     def _exit(self, failed: bool) -> None:
         if failed:
@@ -199,6 +199,16 @@ class Transaction(TransactionCore):
 
     commit.__doc__ = _COMMIT_DOC
 
+    def prepare(self, events: Sequence[NewEvent] = (), *, source: str) -> CommitAttempt:
+        """The commit of what changed, built but not written (no I/O): for a writer that
+        stores it another way (a fork imports it with the runs it copies, in one
+        database transaction), or hands it back to `land`."""
+        return self._attempt(events, None, None, None, source, None)
+
+    def land(self, attempt: CommitAttempt) -> Committed:
+        """Write a commit `prepare` built, as `commit` would have."""
+        return self.store._land(self.working, attempt, self.policy)
+
     def __enter__(self) -> Transaction:
         return self
 
@@ -228,7 +238,7 @@ class AsyncTransaction(TransactionCore):
         commit_id: str | None = None,
     ) -> Committed:
         attempt = self._attempt(events, run, run_id, step, source, commit_id)
-        return await self.store.aland(self.working, attempt, self.policy)
+        return await self.store._aland(self.working, attempt, self.policy)
 
     commit.__doc__ = _COMMIT_DOC
 

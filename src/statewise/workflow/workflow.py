@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 from statewise.agent.printing import aprint_run, print_run
+from statewise.agent.session_config import SessionConfig
 from statewise.agent.session_owner import SessionOwner, db_or_storage
 from statewise.db.base import BaseDb
 from statewise.db.records import NewEvent, RunRecord
@@ -121,16 +122,20 @@ class Workflow(SessionOwner):
         self.steps: list[StepLike] = normalize_steps(steps, "steps")
         if not self.steps:
             raise ConfigurationError("a Workflow needs at least one step")
-        self._init_sessions(
-            session_state=session_state,
-            db=db_or_storage(db, storage),
-            session_id=session_id,
-            user_id=user_id,
-            app_name=app_name,
-            state_schema=state_schema,
-            state_rules=state_rules,
-            default_state_rule=default_state_rule,
-            secret_keys=secret_keys,
+        self._hold_sessions(
+            SessionConfig(
+                kind=self._kind,
+                name=name,
+                session_state=session_state,
+                db=db_or_storage(db, storage),
+                session_id=session_id,
+                user_id=user_id,
+                app_name=app_name,
+                state_schema=state_schema,
+                state_rules=state_rules,
+                default_state_rule=default_state_rule,
+                secret_keys=secret_keys,
+            )
         )
         self.overwrite_db_session_state = overwrite_db_session_state
         self.markdown = markdown
@@ -159,8 +164,7 @@ class Workflow(SessionOwner):
         resume: bool | str,
         run_timeout: float | None = None,
     ) -> _Request:
-        spec = self._spec(session_id, user_id)
-        self.session_id = spec.session_id  # continue this session; never remember the caller
+        spec = self._spec(session_id, user_id)  # (the run's ids stay in the request)
         plan = None
         if isinstance(resume, str):
             plan = self._resume_plan(spec.session_id, resume)

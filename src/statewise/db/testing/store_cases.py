@@ -1,5 +1,5 @@
-"""Conformance cases through the state engine (`StateStore`): checkout, mutate, commit with
-CAS + rebase, release. These are what users rely on: no lost update, on every backend."""
+"""Conformance cases through the state engine (`StateStore`), written as every writer
+writes: a transaction that checks out, mutates, commits with CAS + rebase, and releases. These are what users rely on: no lost update, on every backend."""
 
 from __future__ import annotations
 
@@ -21,20 +21,17 @@ def case(fn: Callable[[Harness], None]) -> Callable[[Harness], None]:
 
 
 def append_items(db: BaseDb, session_id: str, items: list[str]) -> None:
-    """Commit each item as its own run-like checkout → append → commit → release."""
+    """Commit each item in a transaction of its own, as a run does."""
     from statewise.db.store import SessionSpec, StateStore
 
     store = StateStore(db)
     spec = SessionSpec(session_id=session_id, user_id="u1", app_name="app")
     for item in items:
-        ws = store.checkout(spec)
-        try:
-            if "items" not in ws.root:
-                ws.root["items"] = []
-            ws.root["items"].append(item)
-            store.commit(ws, source=f"item:{item}")
-        finally:
-            store.release(ws)
+        with store.begin(spec) as txn:
+            if "items" not in txn.state:
+                txn.state["items"] = []
+            txn.state["items"].append(item)
+            txn.commit(source=f"item:{item}")
 
 
 def add_to_counter(db: BaseDb, session_id: str, times: int) -> None:
@@ -44,12 +41,9 @@ def add_to_counter(db: BaseDb, session_id: str, times: int) -> None:
     store = StateStore(db, rules=Rules({"n": "sum"}))
     spec = SessionSpec(session_id=session_id, user_id="u1", app_name="app")
     for _ in range(times):
-        ws = store.checkout(spec)
-        try:
-            ws.root["n"] = ws.root.get("n", 0) + 1
-            store.commit(ws, source="counter")
-        finally:
-            store.release(ws)
+        with store.begin(spec) as txn:
+            txn.state["n"] = txn.state.get("n", 0) + 1
+            txn.commit(source="counter")
 
 
 def stored_state(db: BaseDb, session_id: str) -> dict[str, Any]:

@@ -126,8 +126,8 @@ def test_an_entry_that_fails_its_build_leaves_the_others_landing(opener: Opener)
 
         # A commit id already landed is answered, not applied again, inside a group too.
         again = db.commit_rebased_together("g", [entry("c1", 9), entry("c4", 4)])
-        assert not isinstance(again[0], Exception) and again[0].replayed
-        assert not isinstance(again[1], Exception) and not again[1].replayed
+        assert not isinstance(again[0], Exception) and again[0].already_landed
+        assert not isinstance(again[1], Exception) and not again[1].already_landed
         assert [d.version for d in db.read_deltas(key)] == [1, 2, 3, 4]
     finally:
         db.close()

@@ -114,7 +114,7 @@ def test_entries_rebased_onto_one_that_did_not_land_are_asked_again(
                 entry("c2", lambda probed: 2),  # (would pass on what is stored)
             ],
         )
-        assert not isinstance(outcomes[0], Exception) and outcomes[0].replayed
+        assert not isinstance(outcomes[0], Exception) and outcomes[0].already_landed
         assert not isinstance(outcomes[1], Exception) and outcomes[1].versions[key] == 3
         assert asked.count("c2") == 2
         assert [d.version for d in db.read_deltas(key)] == [1, 2, 3]

@@ -135,7 +135,7 @@ def _race(path: Path, seed: int, losses: int) -> dict[str, Any]:
                 with other.begin(SPEC) as theirs:
                     _edit(theirs.state, rng, f"o{len(left)}")
                     other_commit = theirs.commit(source="other")
-                    assert not other_commit.replayed
+                    assert not other_commit.already_landed
             return real_commit(commit)
 
         store.db.commit = commit_after_others  # type: ignore[method-assign]

@@ -136,7 +136,7 @@ def test_a_commit_id_that_landed_applies_nothing_again(tmp_path: Path) -> None:
         with store.begin(spec) as txn:
             txn.state["n"] = 99
             again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
-        assert again.replayed and not landed.replayed
+        assert again.already_landed and not landed.already_landed
         assert again.versions == landed.versions and again.last_seq == landed.last_seq
     assert store.read_state(spec) == ({"n": 1, "m": 1}, 2)
     assert db.read_events("s") == events_before
@@ -166,7 +166,7 @@ def test_the_same_commit_sent_twice_lands_once(tmp_path: Path) -> None:
     for commit in (create, update):
         landed = db.commit(commit)
         again = db.commit(commit)
-        assert not landed.replayed and again.replayed
+        assert not landed.already_landed and again.already_landed
         assert (again.versions, again.first_seq, again.last_seq) == (
             landed.versions,
             landed.first_seq,
@@ -264,7 +264,7 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
             txn.state[commit_id] = n
             events = [NewEvent(type="note")] if commit_id != "a" else []
             landed[commit_id] = txn.commit(events=events, commit_id=commit_id)
-        assert not landed[commit_id].replayed
+        assert not landed[commit_id].already_landed
     for _ in range(20):  # many commits with ids of their own after them
         with store.begin(spec) as txn:
             txn.state["n"] = txn.state.get("n", 0) + 1
@@ -274,7 +274,7 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
         with store.begin(spec) as txn:
             txn.state[commit_id] = "again"
             again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
-        assert again.replayed, commit_id
+        assert again.already_landed, commit_id
         assert (again.versions, again.last_seq) == (first.versions, first.last_seq)
     assert db.read_events("s") == events_before
     state, _version = store.read_state(spec)

@@ -246,7 +246,7 @@ def test_a_schema_6_database_migrates_and_reads_the_same(tmp_path: Path) -> None
                 txn.state["n"] = 99
                 again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
             stored = expected["commits"][commit_id]
-            assert again.replayed
+            assert again.already_landed
             assert again.last_seq == stored["last_seq"]
             assert {f"{k.kind}:{k.id}": v for k, v in again.versions.items()} == stored["versions"]
 
@@ -255,7 +255,7 @@ def test_a_schema_6_database_migrates_and_reads_the_same(tmp_path: Path) -> None
         with store.begin(spec) as txn:
             txn.state["n"] = 2
             new = txn.commit(events=[NewEvent(type="note")], commit_id="c-4")
-        assert not new.replayed
+        assert not new.already_landed
         agent.run("go", session_id="s3")
         for commit_id in ("c-1", "c-3"):
             retried(commit_id)
@@ -328,14 +328,14 @@ def test_a_schema_9_database_migrates_and_reads_the_same(tmp_path: Path) -> None
             with store.begin(spec) as txn:
                 txn.state["n"] = 99
                 again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
-            assert again.replayed, commit_id
+            assert again.already_landed, commit_id
             assert again.last_seq == stored["last_seq"]
             assert {f"{k.kind}:{k.id}": v for k, v in again.versions.items()} == stored["versions"]
         s1 = SessionSpec(session_id="s1", user_id="u1")
         for commit_id in expected["commit_ids"]["s1"]:  # the ids runs stored in event rows
             with store.begin(s1) as txn:
                 txn.state["n"] = 99
-                assert txn.commit(commit_id=commit_id).replayed, commit_id
+                assert txn.commit(commit_id=commit_id).already_landed, commit_id
         agent.run("go", session_id="s1")
         agent.run("go", session_id="s3")
         for sid in ("s1", "s3"):

@@ -31,11 +31,11 @@ class Engine:
     def __init__(self) -> None:
         self.recorded: dict[int, Outcome] = {}
         self.lose: int | None = None
-        self.replayed: list[int] = []
+        self.already_landed: list[int] = []
 
     async def step(self, point: int, body: Callable[[], Coroutine[Any, Any, Outcome]]) -> Outcome:
         if point in self.recorded:
-            self.replayed.append(point)
+            self.already_landed.append(point)
             return self.recorded[point]
         outcome = await body()
         if point == self.lose:
@@ -89,7 +89,7 @@ def test_a_point_committed_but_not_recorded_applies_once_when_run_again(
 
     output = agent.run_durably("go", run_id="run-1", session_id="s1", points=engine)
     assert output.content == "marked all" and output.run_id == "run-1"
-    assert engine.replayed == [0, 1]
+    assert engine.already_landed == [0, 1]
     # Step 2 ran again (model and tool), but its commit found its id stored: "b" once.
     assert agent.get_session_state("s1") == {"marks": ["a", "b", "c"]}
     assert asked == Counter({"ask0": 1, "ask1": 2, "ask2": 1, "ask3": 1})
@@ -114,7 +114,7 @@ def test_a_finished_run_executed_again_replays_every_point(
     first = agent.run_durably("go", run_id="run-2", session_id="s2", points=engine)
     again = agent.run_durably("go", run_id="run-2", session_id="s2", points=engine)
     assert first.content == again.content == "marked all"
-    assert engine.replayed == [0, 1, 2, 3, 4]
+    assert engine.already_landed == [0, 1, 2, 3, 4]
     assert sum(asked.values()) == 4 and sum(called.values()) == 3
     assert agent.get_session_state("s2") == {"marks": ["a", "b", "c"]}
     assert len(agent.db.read_events("s2", types=["run_completed"])) == 1
@@ -160,7 +160,7 @@ def test_a_run_end_committed_but_not_recorded_lands_once_when_run_again(
 
     output = agent.run_durably("go", run_id="run-4", session_id="s4", points=engine)
     assert output.content == "marked all"
-    assert engine.replayed == [0, 1, 2, 3]
+    assert engine.already_landed == [0, 1, 2, 3]
     assert asked["ask3"] == 2 and called == Counter("abc")
     assert len(agent.db.read_events("s4", types=["run_completed"])) == 1
     assert agent.get_session_state("s4") == {"marks": ["a", "b", "c"]}

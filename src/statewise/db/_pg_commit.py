@@ -115,7 +115,7 @@ def run_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
                     raise failure from exc
                 if commit.commit_id:
                     continue
-                last_seq = _landed(db, commit, now)
+                last_seq = _find_landed(db, commit, now)
                 if last_seq is not None:
                     return applied_result(commit, last_seq, now)
                 continue
@@ -198,7 +198,7 @@ def reply_result(commit: Commit, reply: str, now: float) -> CommitResult:
     return applied_result(commit, int(reply[1:].split("|", 1)[0]), now)
 
 
-def _landed(db: PgCommitTarget, commit: Commit, now: float) -> int | None:
+def _find_landed(db: PgCommitTarget, commit: Commit, now: float) -> int | None:
     """The commit's last_seq if its rows are in the database (they carry `now`), else None."""
     s, sid = db._s, commit.session.session_id
 

@@ -24,13 +24,13 @@ from statewise.db.planning import (
     owned_spec,
     scope_of,
 )
+from statewise.db.rebuild import apply_segments
 from statewise.db.records import (
     DeltaRecord,
     ScopeKey,
     ScopeState,
     SessionRecord,
 )
-from statewise.db.replay import apply_segments
 from statewise.db.retention import (
     require_retained,
 )

@@ -104,7 +104,7 @@ class StoreCommits(StoreCheckout):
         attempt on the loop: it is CPU only, and built in a worker thread it would wait for
         the loop's thread to hand over the interpreter lock). The write goes through the
         database's async commit (a worker thread, or the async driver on this loop), and
-        what a lost race or a replayed commit reads goes to a worker thread.
+        what a lost race or an already-landed commit reads goes to a worker thread.
 
         The landing runs to its end even if our caller is cancelled meanwhile: a write
         that landed but was not recorded in the working state would be rebased onto
@@ -135,7 +135,7 @@ class StoreCommits(StoreCheckout):
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
         """The common case (the write lands at the first try) is recorded on the loop; a
-        lost race and a replay read, so they leave it."""
+        lost race and an already-landed commit read, so they leave it."""
         if self._queues_at_once(ws, attempt):
             return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
         try:
@@ -143,9 +143,9 @@ class StoreCommits(StoreCheckout):
         except VersionConflict:
             self._note_lost_race(ws)
             return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
-        if result.replayed:
-            return await self.db.run_io(self._landed, ws, attempt, result)
-        return self._landed(ws, attempt, result)
+        if result.already_landed:
+            return await self.db.run_io(self._record_landed, ws, attempt, result)
+        return self._record_landed(ws, attempt, result)
 
     def _first_attempt(
         self,
@@ -197,7 +197,7 @@ class StoreCommits(StoreCheckout):
         retention = self.db.retention
         return (
             retention is not None
-            and not committed.replayed
+            and not committed.already_landed
             and retention.due(
                 committed.versions.get(ScopeKey("session", session_id)),
                 committed.last_seq,
@@ -215,7 +215,7 @@ class StoreCommits(StoreCheckout):
         except VersionConflict:
             self._note_lost_race(ws)
             return self._after_lost_race(ws, attempt, policy)
-        return self._landed(ws, attempt, result)
+        return self._record_landed(ws, attempt, result)
 
     def _queues_at_once(self, ws: WorkingState, attempt: CommitAttempt) -> bool:
         """Whether `attempt` skips its first try and queues for the session's lock: it
@@ -250,9 +250,9 @@ class StoreCommits(StoreCheckout):
             policy or CommitPolicy(),
         )
         rebased = replace(attempt, commit=commit, changes=changes)
-        return self._landed(ws, rebased, result, pending.conflicts)
+        return self._record_landed(ws, rebased, result, pending.conflicts)
 
-    def _landed(
+    def _record_landed(
         self,
         ws: WorkingState,
         attempt: CommitAttempt,
@@ -262,7 +262,7 @@ class StoreCommits(StoreCheckout):
         """Bring the working state up to the commit that landed; what it wrote."""
         commit = attempt.commit
         writes = commit.writes
-        if result.replayed:
+        if result.already_landed:
             # An earlier attempt of this very commit landed (its reply was lost): nothing
             # was applied again. The tree in memory may be rebased differently from what
             # landed, so take the stored state.
@@ -293,7 +293,7 @@ class StoreCommits(StoreCheckout):
             changes=attempt.changes,
             conflicts=conflicts or [],
             commit_id=attempt.commit_id,
-            replayed=result.replayed,
+            already_landed=result.already_landed,
         )
 
     def _build_commit(
@@ -576,7 +576,7 @@ class StoreCommits(StoreCheckout):
                     apply_ops(root, ops)
                 undo_theirs = scratch.undoer()
                 scratch.drain()
-                rebased = self._replay_ours(root, pending, theirs)
+                rebased = self._reapply_ours(root, pending, theirs)
             except BaseException:
                 scratch.undoer()()
                 if undo_theirs is not None:
@@ -587,7 +587,7 @@ class StoreCommits(StoreCheckout):
         pending.segments = resplit(pending.segments, rebased)
         return True
 
-    def _replay_ours(
+    def _reapply_ours(
         self, root: TrackedDict, pending: PendingCommit, theirs: Mapping[str, Sequence[Op]]
     ) -> dict[str, list[Op]]:
         """Our pending ops again, on a tree that has the other writers' ops: rebased in
@@ -632,11 +632,11 @@ class CommitAttempt:
 @dataclass(kw_only=True)
 class Committed:
     """What a commit wrote: new scope versions, the ops (secrets redacted), conflicts,
-    and its commit id (`replayed`: the id had landed before, nothing was applied again)."""
+    and its commit id (`already_landed`: the id had landed before, nothing was applied again)."""
 
     versions: dict[ScopeKey, int]
     last_seq: int
     changes: list[dict[str, Any]]
     conflicts: list[dict[str, Any]]
     commit_id: str = ""
-    replayed: bool = False
+    already_landed: bool = False

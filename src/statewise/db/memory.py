@@ -23,6 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 from statewise.db import _codec
 from statewise.db.base import BaseDb, to_timestamp_cutoff, validate_id
 from statewise.db.listing import listed_in_memory
+from statewise.db.rebuild import decode_delta_row, rebuilt_scope
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -37,7 +38,6 @@ from statewise.db.records import (
     decode_commit_result,
     encode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.db.retention import (
     LIVE_RUN_STATUSES,
     Compaction,
@@ -156,7 +156,7 @@ class InMemoryDb(BaseDb):
         self._scopes: dict[ScopeKey, _Scope] = {}
         self._events: dict[str, list[_EventRow]] = {}
         self._runs: dict[str, dict[str, _RunRow]] = {}
-        # session id -> commit id -> (versions, last_seq, event count), encoded on replay only
+        # session id -> commit id -> (versions, last_seq, event count), encoded only when the id comes again
         self._commits: dict[str, dict[str, tuple[dict[ScopeKey, int], int, int]]] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
 
@@ -189,7 +189,7 @@ class InMemoryDb(BaseDb):
                     for v in range(scope.snapshot_version + 1, scope.version + 1)
                     if v in scope.deltas
                 ]
-                result[key] = replayed_scope(
+                result[key] = rebuilt_scope(
                     key,
                     scope.version,
                     scope.snapshot_version,

@@ -64,6 +64,7 @@ from statewise.db.base import (
     validate_id,
 )
 from statewise.db.listing import decode_cursor
+from statewise.db.rebuild import decode_delta_row, rebuilt_scope
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -74,7 +75,6 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
-from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.db.retention import (
     Compaction,
     CompactionPlan,
@@ -124,7 +124,7 @@ def _scope_state(
 ) -> ScopeState:
     """A scope as `load_query` (or `read_query`) reads it: its snapshot and the deltas after it."""
     deltas = zip(delta_versions or [], delta_segments or [], strict=False)
-    return replayed_scope(key, version, snapshot_version, snapshot_bytes, tail_bytes, state, deltas)
+    return rebuilt_scope(key, version, snapshot_version, snapshot_bytes, tail_bytes, state, deltas)
 
 
 def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> ScopesRead:

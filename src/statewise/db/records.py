@@ -175,7 +175,7 @@ class ScopeWrite:
     """A compare-and-swap on one scope: apply `segments` on top of `base_version`.
 
     `snapshot`, when given, is the complete state after this write; the database stores it
-    so later loads need not replay the deltas before it. A snapshot can be megabytes: it
+    so later loads need not apply the deltas before it again. A snapshot can be megabytes: it
     is encoded once (`snapshot_text`), and that text is what backends store and measure.
     """
 
@@ -223,7 +223,7 @@ class Commit:
 
     `commit_id` names this commit for exactly-once delivery: the database stores it in the
     same transaction as the commit, and a commit whose id is already stored is not applied
-    again; the database answers with the result stored for it (`CommitResult.replayed`).
+    again; the database answers with the result stored for it (`CommitResult.already_landed`).
     A commit keeps its id across retries and rebases.
     """
 
@@ -243,7 +243,7 @@ class CommitResult:
     first_seq: int
     last_seq: int
     committed_at: float
-    replayed: bool = False  # the commit id had already landed: nothing was applied again
+    already_landed: bool = False  # the commit id had already landed: nothing was applied again
 
 
 def applied_result(commit: Commit, last_seq: int, committed_at: float) -> CommitResult:
@@ -282,5 +282,5 @@ def decode_commit_result(commit: Commit, text: str, committed_at: float = 0.0) -
         first_seq=last_seq - n_events + 1,
         last_seq=last_seq,
         committed_at=committed_at,
-        replayed=True,
+        already_landed=True,
     )

@@ -50,6 +50,7 @@ from statewise.db import _redis_retention as retention_ops
 from statewise.db._redis_async import LoopClients
 from statewise.db._redis_keys import Keys, corrupt, dec
 from statewise.db.base import BaseDb, ScopesRead, on_private_loop, validate_id
+from statewise.db.rebuild import decode_delta_row, rebuilt_scope
 from statewise.db.records import (
     Commit,
     CommitResult,
@@ -62,7 +63,6 @@ from statewise.db.records import (
     applied_result,
     decode_commit_result,
 )
-from statewise.db.replay import decode_delta_row, replayed_scope
 from statewise.db.retention import (
     Compaction,
     CompactionPlan,
@@ -90,10 +90,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 
 def _scope_state(key: ScopeKey, row: Sequence[Any]) -> ScopeState:
-    """A scope from a LOAD row: its snapshot and the deltas after it, replayed."""
+    """A scope from a LOAD row: its snapshot and the deltas after it, rebuilt."""
     version, sv, sbytes, tbytes, snapshot, *segments = row
     deltas = zip(range(sv + 1, version + 1), segments, strict=False)
-    return replayed_scope(key, version, sv, sbytes, tbytes, snapshot or None, deltas)
+    return rebuilt_scope(key, version, sv, sbytes, tbytes, snapshot or None, deltas)
 
 
 class RedisDb(BaseDb):
@@ -355,7 +355,7 @@ class RedisDb(BaseDb):
         return self._commit_result(commit, reply, now)
 
     def _commit_result(self, commit: Commit, reply: Any, now: float) -> CommitResult:
-        """What the COMMIT script's reply says: landed, replayed, or a lost race."""
+        """What the COMMIT script's reply says: landed, already landed, or a lost race."""
         if reply[0] == 2:
             return decode_commit_result(commit, dec(reply[1]) or "", now)
         if reply[0] == 0:

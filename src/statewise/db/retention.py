@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from statewise.db import _codec
+from statewise.db.rebuild import apply_segments
 from statewise.db.records import DeltaRecord, RunRecord, ScopeKey, SessionRecord
-from statewise.db.replay import apply_segments
 from statewise.exceptions import CommitIdExpiredError, ConfigurationError, HistoryCompactedError
 
 MIN_COMMIT_ID_WINDOW = 3600.0

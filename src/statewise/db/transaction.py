@@ -174,7 +174,7 @@ _COMMIT_DOC = """Persist everything changed since the last commit, with `events`
 
         `commit_id` names this commit for exactly-once delivery. The database stores it in
         the same transaction as the commit; a commit whose id already landed is not applied
-        again: the call returns the stored result with `replayed=True`. Leave it out and a
+        again: the call returns the stored result with `already_landed=True`. Leave it out and a
         fresh id is used (retries inside this call keep it). Pass a deterministic id (e.g.
         f"{run_id}:{step}") when the same logical commit may be re-executed by another
         process, such as a durable-execution engine replaying a workflow step: the second

@@ -103,7 +103,7 @@ class _Node:
         self.quiet = span is None and not debug
 
 
-# Which node a run context or scope belongs to: an attribute of the object itself (one
+# Which node a run context or writer belongs to: an attribute of the object itself (one
 # lookup at each step, model call, tool call and commit; a registry keyed by the object
 # needed a weak reference per entry and two lookups per query).
 _NODE_ATTR = "_statewise_observed"
@@ -134,7 +134,7 @@ def quiet_under(parent: Any) -> bool:
 
 
 def debugging(key: Any) -> bool:
-    """Whether the run that `key` (a run context or scope) belongs to logs in detail."""
+    """Whether the run that `key` (a run context or writer) belongs to logs in detail."""
     node = _node(key)
     return (node.debug if node is not None else False) or env_debug()
 
@@ -190,7 +190,7 @@ def _start(
 def _register(
     span: Any, debug: bool, name: str | None, keys: Sequence[Any], mask: Masker | None = None
 ) -> Token:
-    """Make `keys` (a run's context and scope) the parents of what happens under them."""
+    """Make `keys` (a run's context and writer) the parents of what happens under them."""
     node = _Node(span, debug, name, mask)
     live = []
     previous = []
@@ -247,7 +247,7 @@ def _masked(token: Token, text: str) -> str:
 
 def run_started(
     ctx: Any,
-    scope: Any,
+    writer: Any,
     *,
     kind: str,
     name: str | None,
@@ -263,12 +263,12 @@ def run_started(
         inherited = parent_node.debug if parent_node is not None else env_debug()
         if not inherited and _untraced():
             # Neither traced nor logged: no span, no attributes, nothing to format.
-            return _register(None, False, name or kind, (ctx, scope))
+            return _register(None, False, name or kind, (ctx, writer))
     operation = "invoke_workflow" if kind == "workflow" else "invoke_agent"
     token = _start(
         f"{operation} {name or kind}",
         parent,
-        (ctx, scope),
+        (ctx, writer),
         debug=debug,
         agent_name=name or kind,
         mask=getattr(ctx, "secret_values", None),
@@ -311,13 +311,13 @@ def run_finished(
     finish(token, error)
 
 
-def step_started(ctx: Any, scope: Any, name: str, *, index: int | None = None) -> Token:
+def step_started(ctx: Any, writer: Any, name: str, *, index: int | None = None) -> Token:
     if quiet_under(ctx):
         return QUIET
     token = _start(
         f"step {name}",
         ctx,
-        (ctx, scope),
+        (ctx, writer),
         attributes={"statewise.step.name": name, "statewise.step.index": index},
     )
     _log(token, token.debug, "step %s started", name)
@@ -394,13 +394,13 @@ def model_failed(token: Token, error: BaseException) -> None:
     finish(token, error)
 
 
-def tool_started(ctx: Any, scope: Any, call: Any) -> Token:
+def tool_started(ctx: Any, writer: Any, call: Any) -> Token:
     if quiet_under(ctx):
         return QUIET
     token = _start(
         f"execute_tool {call.name}",
         ctx,
-        (ctx, scope),
+        (ctx, writer),
         attributes={
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -426,12 +426,12 @@ def tool_finished(token: Token, result: str, is_error: bool) -> None:
 # ---- commits ---------------------------------------------------------------------------
 
 
-def commit_started(scope: Any, session_id: str, source: str, step: int | None) -> Token:
-    if quiet_under(scope):
+def commit_started(writer: Any, session_id: str, source: str, step: int | None) -> Token:
+    if quiet_under(writer):
         return QUIET
     return _start(
         "statewise.commit",
-        scope,
+        writer,
         (),
         attributes={
             "statewise.session_id": session_id,

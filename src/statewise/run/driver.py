@@ -33,7 +33,7 @@ from statewise.run.loop import StepsResult, run_steps
 from statewise.run.output import METRICS_KEY, RunMetrics, RunOutput
 from statewise.run.pause import PAUSED_EVENT
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
+from statewise.run.writer import RunWriter
 from statewise.state.jsonvalue import text_problem, to_json_value
 from statewise.state.reserved import check_writable
 from statewise.state.tracked import TrackedDict
@@ -126,11 +126,11 @@ async def drive_run(
         spec,
         record,
         durable=points is not None,
-        share_scope=points is not None,  # team members commit under the run's commit ids
+        share_writer=points is not None,  # team members commit under the run's commit ids
         metrics=metrics,
         run_timeout=request.run_timeout,
     ) as life:
-        ctx, scope, working = life.ctx, life.scope, life.txn.working
+        ctx, writer, working = life.ctx, life.writer, life.txn.working
         emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
         initialize_state(working, request.defaults, request.session_state, request.overwrite)
         if emit is not None:
@@ -147,12 +147,12 @@ async def drive_run(
                 NewEvent(type="run_started", run_id=run_id, data={"agent": rt.name}),
                 NewEvent(type="user_input", run_id=run_id, data={"content": request.input}),
             ]
-            changed = await scope.commit(
+            changed = await writer.commit(
                 started_events,
                 run=record,
                 step=0,
                 source="run_start",
-                commit_id=scope.point_commit_id(),
+                commit_id=writer.point_commit_id(),
             )
             if changed is not None and emit is not None:
                 await emit(changed)
@@ -179,16 +179,16 @@ async def drive_run(
 
             async def end() -> None:
                 """The run end, inside a durable run's last step (see `run.checkpoints`)."""
-                scope.enter("end")
+                writer.enter("end")
                 ended.append(
                     await end_run(
-                        rt, scope, ctx, record, result, [user_message], metrics, available, started
+                        rt, writer, ctx, record, result, [user_message], metrics, available, started
                     )
                 )
 
             await run_steps(
                 rt,
-                scope,
+                writer,
                 ctx,
                 [*history, user_message],
                 metrics,
@@ -202,9 +202,9 @@ async def drive_run(
         if ended:
             changed, output = ended[0]
         else:
-            scope.enter("end")
+            writer.enter("end")
             changed, output = await end_run(
-                rt, scope, ctx, record, result, [user_message], metrics, available, started
+                rt, writer, ctx, record, result, [user_message], metrics, available, started
             )
         if emit is not None:
             if changed is not None:
@@ -232,7 +232,7 @@ def agent_lifecycle(
 
 async def end_run(
     rt: AgentRuntime,
-    scope: RunScope,
+    writer: RunWriter,
     ctx: RunContext,
     record: RunRecord,
     result: StepsResult,
@@ -257,7 +257,7 @@ async def end_run(
     if result.pending:
         record.status = "paused"
         pending = [p.to_dict() for p in result.pending]
-        changed = await scope.commit(
+        changed = await writer.commit(
             [
                 NewEvent(
                     type=PAUSED_EVENT,
@@ -272,7 +272,7 @@ async def end_run(
     else:
         record.status = "completed"
         record.content = result.content
-        changed = await scope.commit(
+        changed = await writer.commit(
             [
                 *result.pending_events,
                 NewEvent(
@@ -284,9 +284,9 @@ async def end_run(
             run=record,
             step=result.final_step,
             source="run_end",
-            commit_id=scope.point_commit_id(),
+            commit_id=writer.point_commit_id(),
         )
-    spec = scope.working.spec
+    spec = writer.working.spec
     content = result.content if result.pending else typed_answer(rt, result.content)
     return changed, RunOutput(
         content=content,
@@ -298,9 +298,9 @@ async def end_run(
         pending_tool_calls=list(result.pending),
         metrics=metrics,
         agent_name=rt.name,
-        conflicts=scope.conflicts,
-        state_loader=scope.txn.state_loader(),
-        secret_keys=scope.txn.store.secret_keys_in(scope.working.root),
+        conflicts=writer.conflicts,
+        state_loader=writer.txn.state_loader(),
+        secret_keys=writer.txn.store.secret_keys_in(writer.working.root),
     )
 
 
@@ -315,7 +315,7 @@ async def history_messages(
 
 async def run_nested(
     rt: AgentRuntime,
-    scope: RunScope,
+    writer: RunWriter,
     parent: RunContext,
     input: str,
     result: StepsResult,
@@ -326,7 +326,7 @@ async def run_nested(
 ) -> None:
     """Run an agent inside another run (a workflow step, a team member) on the host's
     checked-out state: its writes are visible to the host at once, its steps commit
-    through the host's scope, and the host owns the run record and the run-end commit.
+    through the host's writer, and the host owns the run record and the run-end commit.
     Its events go to `emit` (none are made without one).
 
     The answer ends up in `result.content`. A nested agent cannot pause the host's run:
@@ -348,7 +348,7 @@ async def run_nested(
     metrics = host_metrics if isinstance(host_metrics, RunMetrics) else RunMetrics()
     observed = _observe.run_started(
         ctx,
-        scope,
+        writer,
         kind=getattr(rt.agent, "_kind", "agent"),
         name=rt.name,
         session_id=parent.session_id,
@@ -360,14 +360,14 @@ async def run_nested(
     try:
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
         early = await first_result(rt.callbacks.before_agent, available)
-        scope.working.mark(f"callback:before_agent:{rt.name}")
+        writer.working.mark(f"callback:before_agent:{rt.name}")
         if early is not None:
             result.content = as_content(early)
             result.messages.append(Message(role="assistant", content=result.content))
         else:
             user_message = Message(role="user", content=input)
             await run_steps(
-                rt, scope, ctx, [*history, user_message], metrics, result, stream=stream, emit=emit
+                rt, writer, ctx, [*history, user_message], metrics, result, stream=stream, emit=emit
             )
         await finish_agent(rt, ctx, result, available, suffix=f":{rt.name}")
     except BaseException as exc:

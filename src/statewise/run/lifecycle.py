@@ -4,9 +4,9 @@ Agent runs (`run.driver`), continuations of paused runs (`run.resume`) and workf
 (`workflow.workflow`) all go through `RunLifecycle`:
 
     async with RunLifecycle(store, spec, record, ...) as life:
-        ...  # life.ctx, life.scope, life.txn: commit points, steps, emitting events
+        ...  # life.ctx, life.writer, life.txn: commit points, steps, emitting events
 
-Entering opens the session transaction, builds the run's context and scope, arms the run's
+Entering opens the session transaction, builds the run's context and writer, arms the run's
 deadline (`run_timeout`) and starts its span/debug log. Leaving normally closes the
 transaction, keeping its tree cached. Leaving with an exception (any: an error, a storage
 failure, cancellation, the deadline, an abandoned stream) undoes what was not committed
@@ -40,7 +40,7 @@ from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.deadline import DEADLINE_KEY, Deadline
 from statewise.run.output import METRICS_KEY, RunMetrics
-from statewise.run.scope import SCOPE_KEY, RunScope
+from statewise.run.writer import WRITER_KEY, RunWriter
 from statewise.state.jsonvalue import clean_text
 
 log = logging.getLogger("statewise.run")
@@ -74,16 +74,16 @@ class RunLifecycle:
     kind: str  # "agent", "team" or "workflow" (spans, logs)
     debug: bool = False
     mode: SessionMode = "open"
-    scope_type: type[RunScope] = RunScope
+    writer_type: type[RunWriter] = RunWriter
     durable: bool = False  # commits carry ids from the run's commit points
-    share_scope: bool = False  # team members commit through this run's scope
+    share_writer: bool = False  # team members commit through this run's writer
     session_user: bool = False  # the context's user_id: the stored session's, not the spec's
     step: int = 0  # the step a continuation resumes after
     metrics: RunMetrics = field(default_factory=RunMetrics)
     run_timeout: float | None = None
     # Set on entering:
     txn: AsyncTransaction = field(init=False)
-    scope: RunScope = field(init=False)
+    writer: RunWriter = field(init=False)
     ctx: RunContext = field(init=False)
     deadline: Deadline | None = field(init=False, default=None)
     _observed: _observe.Token = field(init=False)
@@ -105,13 +105,13 @@ class RunLifecycle:
         return self
 
     def _start(self, txn: AsyncTransaction, deadline: Deadline | None) -> None:
-        """The run's scope, context and span, on its open transaction."""
+        """The run's writer, context and span, on its open transaction."""
         spec, run_id = self.spec, self.record.run_id
         working = txn.working
-        self.scope = scope = self.scope_type(txn=txn, run_id=run_id, durable=self.durable)
+        self.writer = writer = self.writer_type(txn=txn, run_id=run_id, durable=self.durable)
         metadata: dict[str, Any] = {METRICS_KEY: self.metrics}
-        if self.share_scope:
-            metadata[SCOPE_KEY] = scope
+        if self.share_writer:
+            metadata[WRITER_KEY] = writer
         if deadline is not None:
             metadata[DEADLINE_KEY] = deadline
         name = self.record.agent_name
@@ -129,7 +129,7 @@ class RunLifecycle:
         )
         self._observed = _observe.run_started(
             ctx,
-            scope,
+            writer,
             kind=self.kind,
             name=name,
             session_id=spec.session_id,
@@ -146,7 +146,7 @@ class RunLifecycle:
         try:
             if exc is not None:
                 self.txn.discard()
-                self.scope.drop_uncommitted()
+                self.writer.drop_uncommitted()
                 await self._record_failure(exc)
         finally:
             self.txn.close(keep=exc is None)
@@ -168,7 +168,7 @@ class RunLifecycle:
             # A fresh commit id: a durable run whose engine executes the same commit point
             # again and fails again still records this failure (a point's derived id
             # would be found stored and skipped).
-            failed = self.scope.commit(
+            failed = self.writer.commit(
                 self._failed_events(), run=record, source="run_failed", commit_id=new_id()
             )
             await _finish(failed)

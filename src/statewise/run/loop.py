@@ -36,8 +36,8 @@ from statewise.run.emit import Emit
 from statewise.run.output import RunMetrics
 from statewise.run.pause import PendingToolCall
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
 from statewise.run.step import Stepper, StepRecord
+from statewise.run.writer import RunWriter
 
 
 @dataclass(kw_only=True, eq=False)
@@ -53,7 +53,7 @@ class StepsResult:
 
 async def run_steps(
     rt: AgentRuntime,
-    scope: RunScope,
+    writer: RunWriter,
     ctx: RunContext,
     conversation: list[Message],
     metrics: RunMetrics,
@@ -94,7 +94,7 @@ async def run_steps(
     quiet = _observe.quiet_under(ctx)
     stepper = Stepper(
         rt=rt,
-        scope=scope,
+        writer=writer,
         ctx=ctx,
         model=model,
         tools=tools,
@@ -107,7 +107,7 @@ async def run_steps(
         deadline=deadline,
     )
     defer = defer_final_commit if points is None else end is not None
-    taking = Taking(stepper, rt, scope, ctx, metrics, result, emit, quiet, defer)
+    taking = Taking(stepper, rt, writer, ctx, metrics, result, emit, quiet, defer)
     first = ctx.step + 1
     for step in range(first, first + rt.max_steps):
         if deadline is not None:
@@ -130,7 +130,7 @@ async def _durable_step(
 ) -> bool:
     """One step of a durable run as its engine's step; True when the steps are over."""
     result, metrics = taking.result, taking.metrics
-    taking.scope.enter(step)
+    taking.writer.enter(step)
     counted = counters(metrics)
 
     async def body() -> Outcome:
@@ -154,7 +154,7 @@ class Taking:
 
     stepper: Stepper
     rt: AgentRuntime
-    scope: RunScope
+    writer: RunWriter
     ctx: RunContext
     metrics: RunMetrics
     result: StepsResult
@@ -174,7 +174,7 @@ class Taking:
         observed = (
             _observe.QUIET
             if self.quiet
-            else _observe.step_started(ctx, self.scope, f"{rt.name or 'agent'} #{step}")
+            else _observe.step_started(ctx, self.writer, f"{rt.name or 'agent'} #{step}")
         )
         failure: BaseException | None = None
         try:
@@ -230,13 +230,13 @@ async def _end_step(
     """The commit policy: end the step at its commit point. True when the run's steps are
     over (the model answered, or the run pauses). With `counted` (a durable run), the
     step's outcome is left in `result.outcome` for the engine to record."""
-    scope, result, emit, metrics = taking.scope, taking.result, taking.emit, taking.metrics
+    writer, result, emit, metrics = taking.writer, taking.result, taking.emit, taking.metrics
     step, response = record.number, record.response
     if record.pending:
         # Paused before these calls: what ran so far is committed with the step; the
         # caller stores the run as paused (it is continued once, later).
         result.pending.extend(record.pending)
-        changed = await scope.end_step(record.events, step=step, source="step")
+        changed = await writer.end_step(record.events, step=step, source="step")
         if changed is not None and emit is not None:
             await emit(changed)
         result.final_step = step
@@ -255,10 +255,10 @@ async def _end_step(
             await end()
         return True
     if counted is None:
-        changed = await scope.end_step(record.events, step=step, source="step")
+        changed = await writer.end_step(record.events, step=step, source="step")
     else:
-        changed = await scope.commit(
-            record.events, step=step, source="step", commit_id=scope.point_commit_id()
+        changed = await writer.commit(
+            record.events, step=step, source="step", commit_id=writer.point_commit_id()
         )
     if changed is not None and emit is not None:
         await emit(changed)

@@ -294,7 +294,7 @@ async def _continue_claimed(
         metrics=metrics,  # team members count in this run
         run_timeout=request.run_timeout,
     ) as life:
-        ctx, scope = life.ctx, life.scope
+        ctx, writer = life.ctx, life.writer
         emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
         if emit is not None:
             await emit(
@@ -311,7 +311,7 @@ async def _continue_claimed(
                 text, is_error = recorded
             elif answer.approved and call.kind == "approval":
                 approved = ToolCall(call.tool_name, arguments, call.tool_call_id)
-                outcome = await bounded(ctx.metadata, call_tool(rt, scope, ctx, approved, answer))
+                outcome = await bounded(ctx.metadata, call_tool(rt, writer, ctx, approved, answer))
                 text, is_error = outcome if isinstance(outcome, tuple) else ("", True)
                 metrics.tool_calls += 1
             else:
@@ -345,7 +345,7 @@ async def _continue_claimed(
                         agent_name=rt.name,
                     )
                 )
-        changed = await scope.commit(events, run=record, step=paused.step, source="continue")
+        changed = await writer.commit(events, run=record, step=paused.step, source="continue")
         if changed is not None and emit is not None:
             await emit(changed)
         history: Sequence[Message] = await history_messages(
@@ -353,7 +353,7 @@ async def _continue_claimed(
         )
         await run_steps(
             rt,
-            scope,
+            writer,
             ctx,
             [*history, *before],
             metrics,
@@ -363,7 +363,7 @@ async def _continue_claimed(
             defer_final_commit=not rt.callbacks.after_agent,
         )
         changed, output = await end_run(
-            rt, scope, ctx, record, result, before, metrics, available, started
+            rt, writer, ctx, record, result, before, metrics, available, started
         )
         if emit is not None:
             if changed is not None:

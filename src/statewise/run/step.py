@@ -37,8 +37,8 @@ from statewise.run.events import ContentDelta, ToolCallCompleted, ToolCallStarte
 from statewise.run.output import RunMetrics
 from statewise.run.pause import PendingToolCall
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
 from statewise.run.tool_calls import call_tool, call_tool_relaying, tool_call_event
+from statewise.run.writer import RunWriter
 from statewise.state.jsonvalue import clean_text, to_json_value
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class Stepper:
     """Takes a run's model steps: what stays the same from one step to the next."""
 
     rt: AgentRuntime
-    scope: RunScope
+    writer: RunWriter
     ctx: RunContext
     model: Model
     tools: list[ToolDefinition]
@@ -87,7 +87,7 @@ class Stepper:
     async def take(self, step: int) -> StepRecord:
         """Step `step`: ask the model (or the callback answering for it), then run the
         tool calls it asked for, in order, until one has to wait for an answer."""
-        rt, scope, ctx = self.rt, self.scope, self.ctx
+        rt, writer, ctx = self.rt, self.writer, self.ctx
         start = len(self.messages)
         system = rt.system_prompt(ctx)
         messages = [Message(role="system", content=system)] if system else []
@@ -114,7 +114,7 @@ class Stepper:
                     await first_result(rt.callbacks.before_model, available),
                     "before_model_callback",
                 )
-                scope.working.mark("callback:before_model")
+                writer.working.mark("callback:before_model")
                 messages, info = request.messages, request.info  # (maybe edited)
         if response is not None:
             # The callback answered for the model: no model call, nothing streamed by one.
@@ -133,7 +133,7 @@ class Stepper:
             if replaced is not None:
                 response = replaced
             ctx.metadata.pop("model_response", None)
-            scope.working.mark("callback:after_model")
+            writer.working.mark("callback:after_model")
         _check_response(response)
         if rt.output is not None:
             _take_final_answer(response)
@@ -148,7 +148,7 @@ class Stepper:
                     "step": step,
                     "message": assistant.to_dict(),
                     "usage": response.usage.to_dict(),
-                    "request": _request_record(rt, scope, system, messages),
+                    "request": _request_record(rt, writer, system, messages),
                 },
             )
         ]
@@ -205,7 +205,7 @@ class Stepper:
     async def _call(self, call: ToolCall, record: StepRecord) -> None:
         """Run one tool call, adding its result to the conversation and the step's events
         (or, when it must wait for an answer, to the step's pending calls)."""
-        rt, scope, ctx, emit = self.rt, self.scope, self.ctx, self.emit
+        rt, writer, ctx, emit = self.rt, self.writer, self.ctx, self.emit
         if emit is not None:
             await emit(
                 ToolCallStarted(
@@ -215,15 +215,15 @@ class Stepper:
                     agent_name=rt.name,
                 )
             )
-        observed = _observe.QUIET if self.quiet else _observe.tool_started(ctx, scope, call)
+        observed = _observe.QUIET if self.quiet else _observe.tool_started(ctx, writer, call)
         try:
             if self.stream and emit is not None:
                 # Agents the tool runs (team members) stream their events live.
-                outcome = await call_tool_relaying(rt, scope, ctx, call, emit)
+                outcome = await call_tool_relaying(rt, writer, ctx, call, emit)
             elif self.deadline is not None:
-                outcome = await self.deadline.bound(call_tool(rt, scope, ctx, call))
+                outcome = await self.deadline.bound(call_tool(rt, writer, ctx, call))
             else:
-                outcome = await call_tool(rt, scope, ctx, call)
+                outcome = await call_tool(rt, writer, ctx, call)
         except BaseException as exc:
             _observe.finish(observed, exc)
             raise
@@ -308,7 +308,7 @@ _KEEP_CHARS = 8000
 
 
 def _request_record(
-    rt: AgentRuntime, scope: RunScope, system: str | None, messages: list[Message]
+    rt: AgentRuntime, writer: RunWriter, system: str | None, messages: list[Message]
 ) -> dict[str, Any]:
     """What the model was sent, for the event log: the system prompt as rendered and the
     messages new since the model's last answer (earlier ones are in earlier events), each
@@ -316,7 +316,7 @@ def _request_record(
     if (
         system is not None
         and getattr(rt.agent, "expose_secrets_to_model", False)
-        and scope.store.secret_keys_in(scope.working.root)
+        and writer.store.secret_keys_in(writer.working.root)
     ):
         system = "(not recorded: it shows secret values to the model)"
     start = len(messages)  # just after the model's last answer

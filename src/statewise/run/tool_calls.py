@@ -21,7 +21,7 @@ from statewise.run.emit import Emit
 from statewise.run.events import RunEvent
 from statewise.run.pause import Approval, PendingToolCall, RequestApproval
 from statewise.run.runtime import AgentRuntime
-from statewise.run.scope import RunScope
+from statewise.run.writer import RunWriter
 from statewise.state.jsonvalue import clean_text, text_problem
 from statewise.tools import ToolArgumentsError, call_with_hooks, format_tool_result
 
@@ -36,13 +36,13 @@ agents a tool runs inside it (team members), to yield them as they happen."""
 
 
 async def call_tool_relaying(
-    rt: AgentRuntime, scope: RunScope, ctx: RunContext, call: ToolCall, emit: Emit
+    rt: AgentRuntime, writer: RunWriter, ctx: RunContext, call: ToolCall, emit: Emit
 ) -> tuple[str, bool] | PendingToolCall:
     """`call_tool`, emitting the events nested runs put in the sink while it runs."""
     sink: asyncio.Queue[RunEvent] = asyncio.Queue()
     previous = ctx.metadata.get(EVENT_SINK)
     ctx.metadata[EVENT_SINK] = sink
-    task = asyncio.ensure_future(bounded(ctx.metadata, call_tool(rt, scope, ctx, call)))
+    task = asyncio.ensure_future(bounded(ctx.metadata, call_tool(rt, writer, ctx, call)))
     try:
         while not task.done():
             getter = asyncio.ensure_future(sink.get())
@@ -109,7 +109,7 @@ def tool_call_event(
 
 async def call_tool(
     rt: AgentRuntime,
-    scope: RunScope,
+    writer: RunWriter,
     ctx: RunContext,
     call: ToolCall,
     approval: Approval | None = None,
@@ -119,7 +119,7 @@ async def call_tool(
     Returns a `PendingToolCall` instead when the call must wait for a person (or the
     client) first; `approval` is that answer when a paused run is continued.
     """
-    working = scope.working
+    working = writer.working
     savepoint = working.recorder.savepoint()
     ops_before = len(working.recorder.ops)
     function = rt.functions.get(call.name)
@@ -181,12 +181,12 @@ async def call_tool(
             )
             if replaced is not None:
                 value = replaced
-        if scope.store.schema is not None:
+        if writer.store.schema is not None:
             # A nested run (a team member) may have committed meanwhile: then every op
             # still pending is this call's.
             ops = working.recorder.ops
             new_ops = ops if savepoint < working.clean else ops[ops_before:]
-            scope.store.validate(working, {str(op.path[0]) for op in new_ops})
+            writer.store.validate(working, {str(op.path[0]) for op in new_ops})
         text = format_tool_result(value)
         problem = text_problem(text)
         if problem is not None:

@@ -28,8 +28,8 @@ from statewise.run.driver import run_nested
 from statewise.run.emit import Emit
 from statewise.run.events import RunEvent
 from statewise.run.loop import StepsResult
-from statewise.run.scope import SCOPE_KEY, RunScope
 from statewise.run.tool_calls import EVENT_SINK
+from statewise.run.writer import WRITER_KEY, RunWriter
 from statewise.tools.function import Function
 
 TeamMode = Literal["coordinate", "route"]
@@ -125,9 +125,9 @@ class Team(Agent):
         member = self._member(member_name)
         txn = run_context._txn
         assert txn is not None
-        scope = run_context.metadata.get(SCOPE_KEY)
-        if not isinstance(scope, RunScope) or scope.txn is not txn:
-            scope = RunScope(txn=txn, run_id=run_context.run_id)
+        writer = run_context.metadata.get(WRITER_KEY)
+        if not isinstance(writer, RunWriter) or writer.txn is not txn:
+            writer = RunWriter(txn=txn, run_id=run_context.run_id)
         savepoint = txn.savepoint()
         result = StepsResult()
         sink = run_context.metadata.get(EVENT_SINK)
@@ -142,7 +142,7 @@ class Team(Agent):
         try:
             await run_nested(
                 member._runtime(),
-                scope,
+                writer,
                 run_context,
                 task,
                 result,

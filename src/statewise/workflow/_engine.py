@@ -17,8 +17,8 @@ from statewise.db.records import NewEvent, RunRecord
 from statewise.run import _observe
 from statewise.run.context import RunContext
 from statewise.run.events import RunEvent, StateChanged
-from statewise.run.scope import RunScope
-from statewise.team import SCOPE_KEY
+from statewise.run.writer import RunWriter
+from statewise.team import WRITER_KEY
 from statewise.workflow.types import StepInput, StepOutput
 
 
@@ -38,7 +38,7 @@ async def observed_step(
     """`step.execute(ex)` inside a span (and a debug log line) for the step. `then` (the
     step's commit, for a top-level step) runs inside the same span, so a trace shows the
     commit under the step whose effects it persists."""
-    observed = _observe.step_started(ex.ctx, ex.scope, step.name, index=index)
+    observed = _observe.step_started(ex.ctx, ex.writer, step.name, index=index)
     failure: BaseException | None = None
     try:
         async for item in step.execute(ex):
@@ -54,8 +54,8 @@ async def observed_step(
 
 
 @dataclass(kw_only=True, eq=False)
-class StepScope(RunScope):
-    """A run scope whose agents' step ends wait for the end of the workflow step.
+class StepWriter(RunWriter):
+    """A run writer whose agents' step ends wait for the end of the workflow step.
 
     `end_step` (what an agent's loop calls after each of its model steps) only marks where
     that step's ops end and holds its events; `commit` persists them all at once, with the
@@ -93,7 +93,7 @@ class StepScope(RunScope):
         point id for the step) makes a re-executed step's commit land at most once."""
         all_events = [*self.held, *events]
         self.held = []
-        return await RunScope.commit(
+        return await RunWriter.commit(
             self, all_events, run=run, step=step, source=source, commit_id=commit_id
         )
 
@@ -107,7 +107,7 @@ class Executor:
     workflow: object
     input: Any
     ctx: RunContext
-    scope: StepScope
+    writer: StepWriter
     stream: bool = False
     outputs: dict[str, StepOutput] = field(default_factory=dict)
     previous: Any = None
@@ -161,10 +161,10 @@ class Executor:
 
     def branch(self) -> Executor:
         """A new line of execution on its own copy of the current state (Parallel)."""
-        txn = self.scope.txn.branch()
+        txn = self.writer.txn.branch()
         working = txn.working
-        scope = StepScope(txn=txn, run_id=self.scope.run_id)
-        metadata: dict[str, Any] = {**self.ctx.metadata, SCOPE_KEY: scope}
+        writer = StepWriter(txn=txn, run_id=self.writer.run_id)
+        metadata: dict[str, Any] = {**self.ctx.metadata, WRITER_KEY: writer}
         ctx = RunContext(
             run_id=self.ctx.run_id,
             session_id=self.ctx.session_id,
@@ -180,7 +180,7 @@ class Executor:
             workflow=self.workflow,
             input=self.input,
             ctx=ctx,
-            scope=scope,
+            writer=writer,
             stream=self.stream,
             outputs=dict(self.outputs),
             previous=self.previous,

@@ -126,7 +126,7 @@ class Step:
             rt = self.agent._runtime()
             async for event in events_of(
                 lambda emit: run_nested(
-                    rt, ex.scope, ex.ctx, ex.message, result, stream=ex.stream, emit=emit
+                    rt, ex.writer, ex.ctx, ex.message, result, stream=ex.stream, emit=emit
                 )
             ):
                 yield event
@@ -138,7 +138,7 @@ class Step:
             )
             output = value if isinstance(value, StepOutput) else StepOutput(content=value)
         output.step_name = output.step_name or self.name
-        ex.scope.working.mark(f"step:{self.name}")
+        ex.writer.working.mark(f"step:{self.name}")
         ex.record(output)
         yield StepCompleted(step_name=self.name, content=output.content)
         yield output
@@ -431,13 +431,13 @@ class Parallel:
         yield output
 
     def _merge(self, ex: Executor, branches: Sequence[Executor]) -> None:
-        store = ex.scope.store
-        root = ex.scope.working.root
+        store = ex.writer.store
+        root = ex.writer.working.root
         merged = {k: to_plain(v) for k, v in dict.items(root)}
         applied: list[Op] = []
         secrets = store.secret_keys_in(root)  # the data's own secret keys
         for step, branch in zip(self.steps, branches, strict=True):
-            ops = branch.scope.working.recorder.drain()
+            ops = branch.writer.working.recorder.drain()
             try:
                 result = rebase(merged, applied, ops, store.rules)
             except StateConflictError as exc:
@@ -445,18 +445,18 @@ class Parallel:
                 raise redact_conflict_error(exc, secrets) from None
             for op in result.ops:
                 _replay(root, op)
-            ex.scope.working.mark(f"parallel:{self.name}/{step.name}")
+            ex.writer.working.mark(f"parallel:{self.name}/{step.name}")
             applied.extend(result.ops)
-            ex.scope.held.extend(branch.scope.held)
+            ex.writer.held.extend(branch.writer.held)
             for conflict in result.conflicts:
                 data = conflict.to_json()
                 key = str(conflict.path[0])
                 if key in secrets:
                     data = {"path": data["path"], "rule": data["rule"]}
                 data = {"scope": scope_of(key)[0], "step": self.name, "branch": step.name, **data}
-                ex.scope.conflicts.append(data)
-                ex.scope.held.append(
-                    NewEvent(type="conflict_resolved", run_id=ex.scope.run_id, data=data)
+                ex.writer.conflicts.append(data)
+                ex.writer.held.append(
+                    NewEvent(type="conflict_resolved", run_id=ex.writer.run_id, data=data)
                 )
 
 

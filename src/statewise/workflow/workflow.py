@@ -43,7 +43,7 @@ from statewise.run.output import RunOutput
 from statewise.run.stream import RunStream
 from statewise.run.sync import iterate_sync, run_sync
 from statewise.state.reducers import Rule
-from statewise.workflow._engine import Executor, StepLike, StepScope, observed_step
+from statewise.workflow._engine import Executor, StepLike, StepWriter, observed_step
 from statewise.workflow.steps import StepSpec, normalize_steps
 from statewise.workflow.types import StepOutput, json_or_text
 
@@ -277,8 +277,8 @@ class Workflow(SessionOwner):
             agent=self,
             kind="workflow",
             debug=self.debug_mode,
-            scope_type=StepScope,
-            share_scope=True,  # the agents and teams of its steps commit through it
+            writer_type=StepWriter,
+            share_writer=True,  # the agents and teams of its steps commit through it
             session_user=True,
             run_timeout=request.run_timeout,
         )
@@ -302,14 +302,14 @@ class Workflow(SessionOwner):
     ) -> AsyncIterator[RunEvent]:
         """The run's body, inside its lifecycle: start, each step, end."""
         ctx, txn, record, run_id = life.ctx, life.txn, life.record, life.run_id
-        scope = cast(StepScope, life.scope)
+        writer = cast(StepWriter, life.writer)
         working = txn.working
         spec = working.spec
         plan = request.resume
         text = request.input if isinstance(request.input, str) else str(request.input)
         deadline = life.deadline
         ex = Executor(
-            workflow=self, input=request.input, ctx=ctx, scope=scope, stream=request.stream
+            workflow=self, input=request.input, ctx=ctx, writer=writer, stream=request.stream
         )
         metrics = life.metrics
         initialize_state(
@@ -347,7 +347,7 @@ class Workflow(SessionOwner):
                 NewEvent(type="user_input", run_id=run_id, data={"content": text}),
             ]
         if events:
-            changed = await scope.commit(events, run=record, step=0, source="run_start")
+            changed = await writer.commit(events, run=record, step=0, source="run_start")
             if changed is not None:
                 yield changed
         for index, step in enumerate(self.steps):
@@ -363,7 +363,7 @@ class Workflow(SessionOwner):
                 index: int = index, step: StepLike = step, produced: list[StepOutput] = produced
             ) -> AsyncIterator[RunEvent]:
                 assert produced, f"step {step.name!r} produced no output"
-                changed = await scope.commit(
+                changed = await writer.commit(
                     [
                         NewEvent(
                             type="step_completed",
@@ -403,7 +403,7 @@ class Workflow(SessionOwner):
         record.content = None if content is None else str(content)
         record.messages = [m.to_dict() for m in messages]
         record.metrics = metrics.to_dict()
-        changed = await scope.commit(
+        changed = await writer.commit(
             [
                 NewEvent(
                     type="run_completed",
@@ -425,7 +425,7 @@ class Workflow(SessionOwner):
                 messages=messages,
                 metrics=metrics,
                 agent_name=self.name,
-                conflicts=scope.conflicts,
+                conflicts=writer.conflicts,
                 state_loader=txn.state_loader(),
                 step_outputs=outputs,
             )

@@ -198,7 +198,7 @@ class SqliteCommits(SqliteReads):
                 conn.execute("RELEASE SAVEPOINT statewise_entry")
                 large += written
                 outcomes.append(result)
-                if not result.replayed:
+                if not result.already_landed:
                     reads.wrote(commit, time.time())
 
         try:
@@ -228,7 +228,7 @@ class SqliteCommits(SqliteReads):
         with contextlib.suppress(sqlite3.Error, DatabaseUnavailableError):
             self._write(rewrite_header)
 
-    def _landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
+    def _find_landed(self, conn: sqlite3.Connection, commit: Commit) -> CommitResult | None:
         """The stored result of `commit`'s id, if a commit with that id landed before."""
         row = conn.execute(
             f"SELECT result, created_at FROM {self.table_prefix}commits "
@@ -261,7 +261,7 @@ class SqliteCommits(SqliteReads):
                     ),
                 ).fetchone()
             except sqlite3.IntegrityError as exc:
-                landed = self._landed(conn, commit) if commit.commit_id else None
+                landed = self._find_landed(conn, commit) if commit.commit_id else None
                 if landed is not None:
                     raise _Landed(landed) from None
                 raise VersionConflict(f"session {session.session_id!r}", 0, None) from exc
@@ -301,7 +301,7 @@ class SqliteCommits(SqliteReads):
                     ),
                 )
             except sqlite3.IntegrityError:
-                landed = self._landed(conn, commit)
+                landed = self._find_landed(conn, commit)
                 if landed is None:
                     raise
                 raise _Landed(landed) from None

@@ -13,6 +13,7 @@ from statewise.db.base import (
     readable_records,
 )
 from statewise.db.listing import decode_cursor
+from statewise.db.rebuild import decode_delta_row, decode_segments, rebuilt_scope
 from statewise.db.records import (
     DeltaRecord,
     EventRecord,
@@ -21,7 +22,6 @@ from statewise.db.records import (
     ScopeState,
     SessionRecord,
 )
-from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
 from statewise.db.sqlite._schema import (
     DELTA_REFERENCE,
     KEY_SPAN,
@@ -148,7 +148,7 @@ class SqliteReads(SqliteBase):
                     f"WHERE delta_key BETWEEN ? AND ? ORDER BY delta_key",
                     (first + snapshot_version + 1, first + KEY_SPAN - 1),
                 ).fetchall()
-            result[key] = replayed_scope(
+            result[key] = rebuilt_scope(
                 key, version, snapshot_version, snapshot_bytes, tail_bytes, snapshot_text, deltas
             )
         return result

@@ -266,7 +266,7 @@ def create_session_race_has_one_winner(h: Harness) -> None:
 
 
 @case
-def snapshot_then_deltas_replay(h: Harness) -> None:
+def snapshot_then_deltas_rebuild(h: Harness) -> None:
     db, k = h.db, S("s1")
     write(db, "s1", setop("a", 1))
     write(db, "s1", setop("b", 2), snapshot={"a": 1, "b": 2})

@@ -54,7 +54,7 @@ def _same_landing(again: CommitResult, first: CommitResult) -> bool:
     )
 
 
-def _replays(db: BaseDb, send: Callable[[Commit], CommitResult]) -> None:
+def _resends(db: BaseDb, send: Callable[[Commit], CommitResult]) -> None:
     """Every commit sent again (as a retry after a lost reply would) applies nothing and
     answers what it landed as, even once later commits moved the version past it."""
     sid = "once"
@@ -63,11 +63,11 @@ def _replays(db: BaseDb, send: Callable[[Commit], CommitResult]) -> None:
         "c-second": send(_commit(db, sid, "c-second", 2, 1, create=False)),
         "c-third": send(_commit(db, sid, "c-third", 3, 2, create=False)),
     }
-    assert not any(result.replayed for result in landed.values())
+    assert not any(result.already_landed for result in landed.values())
     events_before = [(e.seq, e.data) for e in db.read_events(sid)]
     for commit_id, base, create in (("c-create", 0, True), ("c-second", 1, False)):
         again = send(_commit(db, sid, commit_id, "retried", base, create=create))
-        assert again.replayed, f"{commit_id} sent again was applied a second time"
+        assert again.already_landed, f"{commit_id} sent again was applied a second time"
         assert _same_landing(again, landed[commit_id]), (commit_id, again, landed[commit_id])
     assert [(e.seq, e.data) for e in db.read_events(sid)] == events_before
     assert state(db, S(sid)) == {"c-create": 1, "c-second": 2, "c-third": 3}
@@ -78,13 +78,13 @@ def _replays(db: BaseDb, send: Callable[[Commit], CommitResult]) -> None:
 
 @case
 def commit_id_sent_again_applies_nothing(h: Harness) -> None:
-    _replays(h.db, h.db.commit)
+    _resends(h.db, h.db.commit)
 
 
 @case
 def commit_id_sent_again_on_the_loop_applies_nothing(h: Harness) -> None:
     db = h.db
-    _replays(db, lambda commit: asyncio.run(db.acommit(commit)))
+    _resends(db, lambda commit: asyncio.run(db.acommit(commit)))
 
 
 @case
@@ -93,7 +93,7 @@ def commit_ids_belong_to_their_session(h: Harness) -> None:
     db = h.db
     first = db.commit(_commit(db, "a", "shared-id", 1, 0, create=True))
     other = db.commit(_commit(db, "b", "shared-id", 1, 0, create=True))
-    assert not first.replayed and not other.replayed
+    assert not first.already_landed and not other.already_landed
     assert state(db, S("b")) == {"shared-id": 1} and len(db.read_events("b")) == 2
 
 

@@ -161,7 +161,7 @@ def compaction_keeps_running_and_paused_runs(h: Harness) -> None:
     assert len(db.read_events("s1", run_id="live")) == 2
     assert len(db.read_events("s1", run_id="held")) == 2
     again = db.commit(first)  # a live run's commit ids are never forgotten
-    assert again.replayed and again.last_seq == 2
+    assert again.already_landed and again.last_seq == 2
     check_commit_id(db, "s1", "live:step:1")
 
 
@@ -183,7 +183,7 @@ def commit_ids_outlive_their_window_then_are_refused(h: Harness) -> None:
     # Its events are gone, its id is not: it was made within the last hour.
     assert db.read_events("s1", before=3) == []
     again = db.commit(first)
-    assert again.replayed and again.last_seq == 2, again
+    assert again.already_landed and again.last_seq == 2, again
     check_commit_id(db, "s1", old_id)  # (still known: not refused)
     ids_before = h.stored_rows("s1")["commit_ids"]
     later = db.compact_session("s1", policy, now=time.time() + HOURS_LATER)

@@ -79,7 +79,7 @@ def apply_segments(
                 ) from exc
 
 
-def replay_scope(
+def rebuild_scope(
     key: ScopeKey,
     snapshot_version: int,
     snapshot_text: str | bytes | None,
@@ -114,7 +114,7 @@ def replay_scope(
     return doc
 
 
-def replayed_scope(
+def rebuilt_scope(
     key: ScopeKey,
     version: int,
     snapshot_version: int,
@@ -123,13 +123,13 @@ def replayed_scope(
     snapshot_text: str | bytes | None,
     delta_rows: Iterable[tuple[int, str | bytes]],
 ) -> ScopeState:
-    """A scope as a backend read it (its row, its snapshot, the deltas after it), replayed:
+    """A scope as a backend read it (its row, its snapshot, the deltas after it), rebuilt:
     every backend's load and read builds its scopes here, so they measure and check them
     alike."""
     return ScopeState(
         key=key,
         version=version,
-        data=replay_scope(key, snapshot_version, snapshot_text, delta_rows, version),
+        data=rebuild_scope(key, snapshot_version, snapshot_text, delta_rows, version),
         snapshot_version=snapshot_version,
         snapshot_bytes=snapshot_bytes,
         tail_bytes=tail_bytes,

@@ -13,14 +13,14 @@ from statewise.run import _observe
 from statewise.run.checkpoints import point_commit_id
 from statewise.run.events import StateChanged
 
-SCOPE_KEY = "statewise.scope"
-"""Where a host leaves its scope in the run context's metadata, so the members of a team
+WRITER_KEY = "statewise.writer"
+"""Where a host leaves its writer in the run context's metadata, so the members of a team
 run inside it commit through it: a workflow step (which defers commits), and a durable
 run (whose commits carry ids derived from its commit points)."""
 
 
 @dataclass(kw_only=True, eq=False)
-class RunScope:
+class RunWriter:
     """A run's session transaction plus the conflicts its commits resolved. Commits go
     through the transaction's async shell, so the event loop never waits on a network
     round trip."""
@@ -92,6 +92,6 @@ class RunScope:
         return StateChanged(versions=versions, ops=committed.changes, step=step)
 
     # The end of one of the run loop's model steps (commit point b): committed at once
-    # here (`commit` itself, not a call more per step). A workflow step's scope
+    # here (`commit` itself, not a call more per step). A workflow step's writer
     # (`workflow._engine.StepScope`) holds it instead, for the workflow step's one commit.
     end_step = commit

@@ -4,8 +4,10 @@ apply a planned compaction inside the caller's write transaction."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from statewise.db import _codec
+from statewise.db._sql_reads import fold
 from statewise.db.retention import (
     LIVE_RUN_STATUSES,
     Compaction,
@@ -13,7 +15,7 @@ from statewise.db.retention import (
     Horizon,
     forgets,
 )
-from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, row_key
+from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, dialect, row_key
 
 _LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
 
@@ -41,7 +43,16 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
         _inline_kept_references(conn, p, sid, session_key, new, live_runs)
-        _fold(conn, p, sid, new.version, plan.snapshot, out)
+        fold(
+            conn,
+            dialect(p),
+            sid,
+            new.version,
+            plan.snapshot,
+            out,
+            handle="scope_key",
+            deltas=_deltas,
+        )
     out.events = conn.execute(
         f"DELETE FROM {p}events WHERE session_key = ? AND created_at <= ? "
         f"AND (run_id IS NULL OR run_id NOT IN ({live_runs}))",
@@ -106,38 +117,8 @@ def _inline_kept_references(
         )
 
 
-def _fold(
-    conn: sqlite3.Connection, p: str, sid: str, version: int, snapshot: str, out: Compaction
-) -> None:
-    """Make the snapshot at `version` the scope's base and delete what it replaces."""
-    scope = "kind = 'session' AND scope_id = ?"
-    row = conn.execute(
-        f"SELECT scope_key, snapshot_version FROM {p}scopes WHERE {scope}", (sid,)
-    ).fetchone()
-    if row is None:
-        return
-    scope_key, snapshot_version = row
-    # The scope's deltas are the rowids of its range (see `row_key`).
+def _deltas(scope_key: int, low: int, high: int) -> tuple[str, tuple[Any, ...]]:
+    """The session scope's deltas after version `low` up to `high` (see `fold`): a range
+    of the deltas table's own keys (see `row_key`)."""
     first = scope_key * KEY_SPAN
-    if snapshot_version < version:
-        folded = conn.execute(
-            f"SELECT coalesce(sum(length(segments)), 0) FROM {p}deltas "
-            f"WHERE delta_key BETWEEN ? AND ?",
-            (first + snapshot_version + 1, first + version),
-        ).fetchone()[0]
-        conn.execute(
-            f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-            f"tail_bytes = max(0, tail_bytes - ?) WHERE scope_key = ?",
-            (version, len(snapshot), folded, scope_key),
-        )
-    conn.execute(
-        f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES ('session', ?, ?, ?) "
-        f"ON CONFLICT (kind, scope_id, version) DO NOTHING",
-        (sid, version, snapshot),
-    )
-    out.deltas = conn.execute(
-        f"DELETE FROM {p}deltas WHERE delta_key BETWEEN ? AND ?", (first, first + version)
-    ).rowcount
-    out.snapshots = conn.execute(
-        f"DELETE FROM {p}snapshots WHERE {scope} AND version < ?", (sid, version)
-    ).rowcount
+    return "delta_key BETWEEN ? AND ?", (first + low + 1, first + high)

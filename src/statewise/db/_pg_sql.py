@@ -381,6 +381,7 @@ def dialect(s: str) -> _sql_reads.Dialect:
         cursor_time="%s::double precision",
         session_order='session_id COLLATE "C"',
         greatest="greatest",
+        arrays=True,
         lock=" FOR UPDATE",
         text=_pg_text.decode,
     )

@@ -1,4 +1,4 @@
-"""The read SQL, row decoding and compaction fold that SQLite and PostgreSQL share.
+"""The read SQL and row decoding that SQLite and PostgreSQL share.
 
 The two backends hold the same tables with the same columns; what their statements differ
 in is small and listed in `Dialect`. The statements that really differ (SQLite finds a
@@ -16,7 +16,6 @@ from statewise.db import _codec
 from statewise.db.base import readable_records
 from statewise.db.listing import decode_cursor
 from statewise.db.records import EventRecord, RunRecord, SessionRecord
-from statewise.db.retention import Compaction
 from statewise.exceptions import CorruptRecordError
 
 SESSION_COLUMNS = "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
@@ -27,22 +26,24 @@ RUN_COLUMNS = (
 
 @dataclass(frozen=True)
 class Dialect:
-    """How one backend spells what the shared statements need."""
+    """How one backend spells what the shared statements need (the defaults: SQLite)."""
 
     prefix: str
     """Put before a table's name: SQLite's table prefix, or PostgreSQL's `"schema".`."""
-    p: str
-    """The parameter placeholder: `?` or `%s`."""
-    row_id: str
-    """The runs table's column that orders runs created at the same time."""
     listed: Callable[[str], str]
     """SQL of the listing bucket of an SQL expression (see `statewise.db.listing`)."""
-    cursor_time: str
+    p: str = "?"
+    """The parameter placeholder."""
+    cursor_time: str = "?"
     """The placeholder of a cursor's time, as `listed` needs it."""
-    session_order: str
+    row_id: str = "rowid"
+    """The runs table's column that orders runs created at the same time."""
+    session_order: str = "session_id"
     """How session ids compare, so that both backends page them in the same order."""
-    greatest: str
+    greatest: str = "max"
     """The SQL function of the larger of two values."""
+    arrays: bool = False
+    """Whether a list is one parameter (PostgreSQL's arrays) rather than one a value."""
     lock: str = ""
     """Appended to a SELECT that reads a row the statements after it update."""
     text: Callable[[str | None], str | None] | None = None
@@ -50,7 +51,7 @@ class Dialect:
 
     def any_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
         """SQL that `column` is one of `values`, and its parameters."""
-        if self.p == "?":
+        if not self.arrays:
             return f"{column} IN ({','.join('?' * len(values))})", list(values)
         return f"{column} = ANY(%s::text[])", [list(values)]
 
@@ -110,6 +111,17 @@ def event_data(session_id: str, seq: int, data: str | bytes) -> Any:
         raise CorruptRecordError(f"session {session_id!r}: event {seq} is not JSON") from exc
 
 
+def _and(d: Dialect, sql: str, params: list[Any], tests: Sequence[tuple[str, Any]]) -> str:
+    """`sql` and a condition for each test (SQL that a parameter completes, and the
+    parameter) whose parameter is not None, which is appended to `params`: a filter not
+    asked for is left out of the statement rather than written to match anything."""
+    for test, value in tests:
+        if value is not None:
+            sql += f" AND {test} {d.p}"
+            params.append(value)
+    return sql
+
+
 def snapshot_query(d: Dialect) -> str:
     """A scope's newest snapshot at or before a version (kind, scope id, version)."""
     return (
@@ -156,19 +168,11 @@ class SqlReads:
         d = self._dialect
         sql = self._events_sql()
         params: list[Any] = [session_id]
-        if after is not None:
-            sql += f" AND seq > {d.p}"
-            params.append(after)
-        if before is not None:
-            sql += f" AND seq < {d.p}"
-            params.append(before)
+        sql = _and(d, sql, params, [("seq >", after), ("seq <", before), ("run_id =", run_id)])
         if types:
             among, values = d.any_of("type", types)
             sql += f" AND {among}"
             params.extend(values)
-        if run_id is not None:
-            sql += f" AND run_id = {d.p}"
-            params.append(run_id)
         # The last `limit` events are found from the end, then turned round.
         newest_first = limit is not None and after is None
         sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
@@ -183,9 +187,7 @@ class SqlReads:
         d = self._dialect
         sql = f"SELECT {RUN_COLUMNS} FROM {d.prefix}runs WHERE session_id = {d.p}"
         params: list[Any] = [session_id]
-        if status is not None:
-            sql += f" AND status = {d.p}"
-            params.append(status)
+        sql = _and(d, sql, params, [("status =", status)])
         sql += f" ORDER BY created_at DESC, {d.row_id} DESC"
         if limit is not None:
             sql += f" LIMIT {d.p}"
@@ -231,12 +233,7 @@ class SqlReads:
         d = self._dialect
         sql = f"SELECT {SESSION_COLUMNS} FROM {d.prefix}sessions WHERE 1=1"
         params: list[Any] = []
-        if user_id is not None:
-            sql += f" AND user_id = {d.p}"
-            params.append(user_id)
-        if app_name is not None:
-            sql += f" AND app_name = {d.p}"
-            params.append(app_name)
+        sql = _and(d, sql, params, [("user_id =", user_id), ("app_name =", app_name)])
         if cursor is not None:
             # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
             updated_at, session_id = decode_cursor(cursor)
@@ -251,49 +248,3 @@ class SqlReads:
         )
         params.extend([limit, offset])
         return readable_records(self._fetch_all(sql, params), session_from_row)
-
-
-def fold(
-    conn: Any,
-    d: Dialect,
-    sid: str,
-    version: int,
-    snapshot: str,
-    out: Compaction,
-    *,
-    handle: str,
-    deltas: Callable[[Any, int, int], tuple[str, tuple[Any, ...]]],
-) -> None:
-    """Make the snapshot at `version` the session scope's base and delete what it replaces,
-    in the caller's transaction. `handle` is the scopes column `deltas` finds the scope's
-    deltas by: `deltas(value, low, high)` is SQL and parameters of its deltas after
-    version `low` up to `high`."""
-    scope = f"kind = 'session' AND scope_id = {d.p}"
-    row = conn.execute(
-        f"SELECT {handle}, snapshot_version FROM {d.prefix}scopes WHERE {scope}{d.lock}", (sid,)
-    ).fetchone()
-    if row is None:
-        return
-    owner, snapshot_version = row
-    if snapshot_version < version:
-        where, params = deltas(owner, snapshot_version, version)
-        folded = conn.execute(
-            f"SELECT coalesce(sum(length(segments)), 0) FROM {d.prefix}deltas WHERE {where}",
-            params,
-        ).fetchone()[0]
-        conn.execute(
-            f"UPDATE {d.prefix}scopes SET snapshot_version = {d.p}, snapshot_bytes = {d.p}, "
-            f"tail_bytes = {d.greatest}(0, tail_bytes - {d.p}) WHERE {scope}",
-            (version, len(snapshot), folded, sid),
-        )
-    conn.execute(
-        f"INSERT INTO {d.prefix}snapshots (kind, scope_id, version, state) "
-        f"VALUES ('session', {d.p}, {d.p}, {d.p}) "
-        f"ON CONFLICT (kind, scope_id, version) DO NOTHING",
-        (sid, version, snapshot),
-    )
-    where, params = deltas(owner, -1, version)
-    out.deltas = conn.execute(f"DELETE FROM {d.prefix}deltas WHERE {where}", params).rowcount
-    out.snapshots = conn.execute(
-        f"DELETE FROM {d.prefix}snapshots WHERE {scope} AND version < {d.p}", (sid, version)
-    ).rowcount

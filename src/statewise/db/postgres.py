@@ -42,7 +42,7 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
     raise MissingDependencyError("psycopg", "postgres") from exc
 
-from statewise.db import _codec, _pg_retention, _sql_reads
+from statewise.db import _codec, _pg_retention, _sql_reads, _sql_retention
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_admin import claim_in, delete_in, prune_in, release_in
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
@@ -549,9 +549,7 @@ class PostgresDb(SqlReads, BaseDb):
         return self._transaction(lambda c: delete_in(c, self._s, [session_id])) > 0
 
     def read_horizon(self, session_id: str) -> Horizon:
-        return self._read(
-            lambda conn: _pg_retention.read_horizon(conn, self._dialect.prefix, session_id)
-        )
+        return self._read(lambda conn: _sql_retention.read_horizon(conn, self._dialect, session_id))
 
     def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
         return self._transaction(

@@ -427,15 +427,7 @@ def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
 @functools.lru_cache(maxsize=8)
 def dialect(p: str) -> Dialect:
     """How the statements SQLite shares with PostgreSQL are spelt with table prefix `p`."""
-    return Dialect(
-        prefix=p,
-        p="?",
-        row_id="rowid",
-        listed=listed,
-        cursor_time="?",
-        session_order="session_id",
-        greatest="max",
-    )
+    return Dialect(prefix=p, listed=listed)
 
 
 class SqliteBase(BaseDb):

@@ -15,7 +15,8 @@ from typing import Any
 from statewise.db import _codec
 from statewise.db.base import readable_records
 from statewise.db.listing import decode_cursor
-from statewise.db.records import EventRecord, RunRecord, SessionRecord
+from statewise.db.records import DeltaRecord, EventRecord, RunRecord, ScopeKey, SessionRecord
+from statewise.db.replay import decode_delta_row
 from statewise.exceptions import CorruptRecordError
 
 SESSION_COLUMNS = "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
@@ -111,7 +112,7 @@ def event_data(session_id: str, seq: int, data: str | bytes) -> Any:
         raise CorruptRecordError(f"session {session_id!r}: event {seq} is not JSON") from exc
 
 
-def _and(d: Dialect, sql: str, params: list[Any], tests: Sequence[tuple[str, Any]]) -> str:
+def and_given(d: Dialect, sql: str, params: list[Any], tests: Sequence[tuple[str, Any]]) -> str:
     """`sql` and a condition for each test (SQL that a parameter completes, and the
     parameter) whose parameter is not None, which is appended to `params`: a filter not
     asked for is left out of the statement rather than written to match anything."""
@@ -131,10 +132,10 @@ def snapshot_query(d: Dialect) -> str:
 
 
 class SqlReads:
-    """The reads of events, runs and sessions both SQL backends make, written once over
-    the backend's own way of running a statement (`_fetch_all`, `_fetch_one`), where a
-    session's events are (`_events_sql`) and how their rows become events
-    (`_events_from`)."""
+    """The reads of deltas, events, runs and sessions both SQL backends make, written once
+    over what each does its own way: running a statement (`_fetch_all`, `_fetch_one`),
+    finding a scope's deltas (`_deltas_between`) and a session's events (`_events_sql`),
+    and turning event rows into events (`_events_from`)."""
 
     _dialect: Dialect
 
@@ -143,6 +144,28 @@ class SqlReads:
 
     def _fetch_one(self, sql: str, params: Sequence[Any]) -> Any:
         raise NotImplementedError
+
+    def _deltas_between(
+        self, key: ScopeKey, after_version: int, upto_version: int | None
+    ) -> tuple[str, list[Any]]:
+        """SELECT version, session_id, run_id, step, segments, conflicts, created_at of
+        `key`'s deltas after `after_version` up to `upto_version` (None: the last), in
+        version order, and its parameters."""
+        raise NotImplementedError
+
+    def read_deltas(
+        self,
+        key: ScopeKey,
+        *,
+        after_version: int = 0,
+        upto_version: int | None = None,
+        limit: int | None = None,
+    ) -> list[DeltaRecord]:
+        sql, params = self._deltas_between(key, after_version, upto_version)
+        if limit is not None:
+            sql += f" LIMIT {self._dialect.p}"
+            params.append(limit)
+        return [decode_delta_row(key, *row) for row in self._fetch_all(sql, params)]
 
     def _events_sql(self) -> str:
         """SELECT seq, run_id, type, data, created_at of the events of the session whose
@@ -168,7 +191,7 @@ class SqlReads:
         d = self._dialect
         sql = self._events_sql()
         params: list[Any] = [session_id]
-        sql = _and(d, sql, params, [("seq >", after), ("seq <", before), ("run_id =", run_id)])
+        sql = and_given(d, sql, params, [("seq >", after), ("seq <", before), ("run_id =", run_id)])
         if types:
             among, values = d.any_of("type", types)
             sql += f" AND {among}"
@@ -187,7 +210,7 @@ class SqlReads:
         d = self._dialect
         sql = f"SELECT {RUN_COLUMNS} FROM {d.prefix}runs WHERE session_id = {d.p}"
         params: list[Any] = [session_id]
-        sql = _and(d, sql, params, [("status =", status)])
+        sql = and_given(d, sql, params, [("status =", status)])
         sql += f" ORDER BY created_at DESC, {d.row_id} DESC"
         if limit is not None:
             sql += f" LIMIT {d.p}"
@@ -233,7 +256,7 @@ class SqlReads:
         d = self._dialect
         sql = f"SELECT {SESSION_COLUMNS} FROM {d.prefix}sessions WHERE 1=1"
         params: list[Any] = []
-        sql = _and(d, sql, params, [("user_id =", user_id), ("app_name =", app_name)])
+        sql = and_given(d, sql, params, [("user_id =", user_id), ("app_name =", app_name)])
         if cursor is not None:
             # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
             updated_at, session_id = decode_cursor(cursor)

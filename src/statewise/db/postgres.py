@@ -412,28 +412,16 @@ class PostgresDb(SqlReads, BaseDb):
             session_id,
         )
 
-    def read_deltas(
-        self,
-        key: ScopeKey,
-        *,
-        after_version: int = 0,
-        upto_version: int | None = None,
-        limit: int | None = None,
-    ) -> list[DeltaRecord]:
+    def _deltas_between(
+        self, key: ScopeKey, after_version: int, upto_version: int | None
+    ) -> tuple[str, list[Any]]:
         sql = (
             f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
             f"FROM {self._s}.deltas WHERE kind = %s AND scope_id = %s AND version > %s"
         )
         params: list[Any] = [key.kind, key.id, after_version]
-        if upto_version is not None:
-            sql += " AND version <= %s"
-            params.append(upto_version)
-        sql += " ORDER BY version"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
-        return [decode_delta_row(key, *row) for row in rows]
+        sql = _sql_reads.and_given(self._dialect, sql, params, [("version <=", upto_version)])
+        return sql + " ORDER BY version", params
 
     def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
         sql = _sql_reads.snapshot_query(self._dialect)

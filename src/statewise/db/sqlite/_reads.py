@@ -10,13 +10,12 @@ from typing import Any
 
 from statewise.db import _codec, _sql_reads
 from statewise.db.records import (
-    DeltaRecord,
     EventRecord,
     ScopeKey,
     ScopeState,
     SessionRecord,
 )
-from statewise.db.replay import decode_delta_row, decode_segments, replayed_scope
+from statewise.db.replay import decode_segments, replayed_scope
 from statewise.db.sqlite._schema import (
     DELTA_REFERENCE,
     KEY_SPAN,
@@ -131,25 +130,14 @@ class SqliteReads(_sql_reads.SqlReads, SqliteBase):
             )
         return result
 
-    def read_deltas(
-        self,
-        key: ScopeKey,
-        *,
-        after_version: int = 0,
-        upto_version: int | None = None,
-        limit: int | None = None,
-    ) -> list[DeltaRecord]:
-        sql = _deltas_sql(self.table_prefix)
+    def _deltas_between(
+        self, key: ScopeKey, after_version: int, upto_version: int | None
+    ) -> tuple[str, list[Any]]:
         # (clamped into the scope's own range of delta keys)
         low = min(max(after_version + 1, 0), KEY_SPAN)
         high = KEY_SPAN - 1 if upto_version is None else min(max(upto_version, -1), KEY_SPAN - 1)
-        params: list[Any] = [key.kind, key.id, low, key.kind, key.id, high]
-        sql += " ORDER BY delta_key"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        rows = self._conn.execute(sql, params).fetchall()
-        return [decode_delta_row(key, *row) for row in rows]
+        sql = _deltas_sql(self.table_prefix) + " ORDER BY delta_key"
+        return sql, [key.kind, key.id, low, key.kind, key.id, high]
 
     def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
         row = self._conn.execute(

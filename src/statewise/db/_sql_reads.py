@@ -38,7 +38,8 @@ class Dialect:
     cursor_time: str = "?"
     """The placeholder of a cursor's time, as `listed` needs it."""
     row_id: str = "rowid"
-    """The runs table's column that orders runs created at the same time."""
+    """The runs table's column that orders runs created at the same time, so that a page
+    of runs ends at a place the next can start from."""
     session_order: str = "session_id"
     """How session ids compare, so that both backends page them in the same order."""
     greatest: str = "max"
@@ -46,9 +47,11 @@ class Dialect:
     arrays: bool = False
     """Whether a list is one parameter (PostgreSQL's arrays) rather than one a value."""
     lock: str = ""
-    """Appended to a SELECT that reads a row the statements after it update."""
+    """Appended to a SELECT of a row the statements after it update: PostgreSQL's writers
+    run side by side and must take turns on the row; SQLite's one writer holds the file."""
     text: Callable[[str | None], str | None] | None = None
-    """Turns a run's stored free text (input, content, error) back into what was written."""
+    """Turns a run's stored free text (input, content, error) back into what was written:
+    PostgreSQL's `text` cannot hold every string (see `statewise.db._pg_text`)."""
 
     def any_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
         """SQL that `column` is one of `values`, and its parameters."""

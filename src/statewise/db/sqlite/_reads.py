@@ -1,4 +1,5 @@
-"""SQLite reads: sessions, scopes, deltas, snapshots, events and runs."""
+"""SQLite's own reads (the probe, scopes and snapshots, where its deltas and events are, and
+events that refer to a delta); what it shares with PostgreSQL is `statewise.db._sql_reads`."""
 
 from __future__ import annotations
 

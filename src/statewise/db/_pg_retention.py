@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from statewise.db.retention import (
-    LIVE_RUN_STATUSES,
-    Compaction,
-    CompactionPlan,
-    Horizon,
-    forgets,
-)
-
-_LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
+from statewise.db._sql_reads import Dialect
+from statewise.db._sql_retention import fold, forget, read_horizon
+from statewise.db.retention import Compaction, CompactionPlan
 
 
 def migration(s: str) -> str:
@@ -29,102 +23,28 @@ def migration(s: str) -> str:
         """
 
 
-def read_horizon(conn: Any, s: str, session_id: str) -> Horizon:
-    row = conn.execute(
-        f"SELECT version, before, ids_before FROM {s}.horizons WHERE session_id = %s",
-        (session_id,),
-    ).fetchone()
-    return Horizon(version=row[0], before=row[1], ids_before=row[2]) if row else Horizon()
-
-
-def write_compaction(conn: Any, s: str, plan: CompactionPlan) -> Compaction | None:
+def write_compaction(conn: Any, d: Dialect, plan: CompactionPlan) -> Compaction | None:
     """Apply `plan` in the caller's transaction. The session's row is locked first: every
     commit updates it, so commits to the session wait for the compaction (and the other
     way round), and two compactions of one session take turns."""
+    p = d.prefix
     sid = plan.session_id
     new = plan.new
     locked = conn.execute(
-        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (sid,)
+        f"SELECT 1 FROM {p}sessions WHERE session_id = %s FOR UPDATE", (sid,)
     ).fetchone()
-    if locked is None or read_horizon(conn, s, sid) != plan.old:
+    if locked is None or read_horizon(conn, d, sid) != plan.old:
         return None
     out = Compaction(session_id=sid, horizon=new)
     if plan.snapshot is not None:
-        _fold(conn, s, sid, new.version, plan.snapshot, out)
-    live = {
-        row[0]
-        for row in conn.execute(
-            f"SELECT run_id FROM {s}.runs WHERE session_id = %s AND status IN {_LIVE}", (sid,)
-        )
-    }
-    live_list = list(live)
-    out.events = conn.execute(
-        f"DELETE FROM {s}.events WHERE session_id = %s AND created_at <= %s "
-        f"AND (run_id IS NULL OR NOT run_id = ANY(%s::text[]))",
-        (sid, new.before, live_list),
-    ).rowcount
-    out.runs = conn.execute(
-        f"DELETE FROM {s}.runs WHERE session_id = %s AND NOT status IN {_LIVE} "
-        f"AND updated_at <= %s",
-        (sid, new.before),
-    ).rowcount
-    conn.execute(
-        f"DELETE FROM {s}.run_leases WHERE session_id = %s AND NOT run_id IN "
-        f"(SELECT run_id FROM {s}.runs WHERE session_id = %s)",
-        (sid, sid),
-    )
-    old_ids = [
-        commit_id
-        for commit_id, landed in conn.execute(  # (an id is made before it lands)
-            f"SELECT commit_id, created_at FROM {s}.commits "
-            f"WHERE session_id = %s AND created_at < %s",
-            (sid, new.ids_before),
-        )
-        if forgets(plan, commit_id, landed, live)
-    ]
-    if old_ids:
-        conn.execute(
-            f"DELETE FROM {s}.commits WHERE session_id = %s AND commit_id = ANY(%s::text[])",
-            (sid, old_ids),
-        )
-    out.commit_ids = len(old_ids)
-    conn.execute(
-        f"INSERT INTO {s}.horizons (session_id, version, before, ids_before) "
-        f"VALUES (%s, %s, %s, %s) ON CONFLICT (session_id) DO UPDATE SET "
-        f"version = excluded.version, before = excluded.before, "
-        f"ids_before = excluded.ids_before",
-        (sid, new.version, new.before, new.ids_before),
-    )
+        fold(conn, d, sid, new.version, plan.snapshot, out, handle="scope_id", deltas=_deltas)
+    forget(conn, d, plan, out, "session_id =", sid)
     return out
 
 
-def _fold(conn: Any, s: str, sid: str, version: int, snapshot: str, out: Compaction) -> None:
-    """Make the snapshot at `version` the scope's base and delete what it replaces."""
-    scope = "kind = 'session' AND scope_id = %s"
-    row = conn.execute(
-        f"SELECT snapshot_version FROM {s}.scopes WHERE {scope} FOR UPDATE", (sid,)
-    ).fetchone()
-    if row is None:
-        return
-    if row[0] < version:
-        folded = conn.execute(
-            f"SELECT coalesce(sum(length(segments)), 0) FROM {s}.deltas "
-            f"WHERE {scope} AND version > %s AND version <= %s",
-            (sid, row[0], version),
-        ).fetchone()[0]
-        conn.execute(
-            f"UPDATE {s}.scopes SET snapshot_version = %s, snapshot_bytes = %s, "
-            f"tail_bytes = greatest(0, tail_bytes - %s) WHERE {scope}",
-            (version, len(snapshot), folded, sid),
-        )
-    conn.execute(
-        f"INSERT INTO {s}.snapshots (kind, scope_id, version, state) "
-        f"VALUES ('session', %s, %s, %s) ON CONFLICT (kind, scope_id, version) DO NOTHING",
-        (sid, version, snapshot),
+def _deltas(scope_id: str, low: int, high: int) -> tuple[str, tuple[Any, ...]]:
+    """The session scope's deltas after version `low` up to `high` (see `fold`)."""
+    return (
+        "kind = 'session' AND scope_id = %s AND version > %s AND version <= %s",
+        (scope_id, low, high),
     )
-    out.deltas = conn.execute(
-        f"DELETE FROM {s}.deltas WHERE {scope} AND version <= %s", (sid, version)
-    ).rowcount
-    out.snapshots = conn.execute(
-        f"DELETE FROM {s}.snapshots WHERE {scope} AND version < %s", (sid, version)
-    ).rowcount

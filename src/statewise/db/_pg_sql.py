@@ -12,7 +12,7 @@ client turns into `VersionConflict`; the whole call then rolls back.
 
 from __future__ import annotations
 
-from statewise.db import _pg_retention
+from statewise.db import _pg_retention, _pg_text, _sql_reads
 from statewise.db._pg_group_sql import commit_group_function
 from statewise.db.listing import LISTED_EVERY
 
@@ -370,7 +370,22 @@ def read_query(s: str) -> str:
     """
 
 
-SESSION_COLUMNS = "session_id, user_id, app_name, kind, created_at, updated_at, last_seq, metadata"
-RUN_COLUMNS = (
-    "run_id, status, agent_name, input, content, messages, metrics, error, created_at, updated_at"
-)
+def dialect(s: str) -> _sql_reads.Dialect:
+    """How the statements PostgreSQL shares with SQLite are spelt in schema `s` (a quoted
+    name): session ids compare byte by byte, as SQLite compares them."""
+    return _sql_reads.Dialect(
+        prefix=f"{s}.",
+        p="%s",
+        row_id="id",
+        listed=listed,
+        cursor_time="%s::double precision",
+        session_order='session_id COLLATE "C"',
+        greatest="greatest",
+        arrays=True,
+        lock=" FOR UPDATE",
+        text=_pg_text.decode,
+    )
+
+
+SESSION_COLUMNS = _sql_reads.SESSION_COLUMNS
+RUN_COLUMNS = _sql_reads.RUN_COLUMNS

@@ -42,7 +42,7 @@ except ImportError as exc:  # before the modules below, which import psycopg too
 
     raise MissingDependencyError("psycopg", "postgres") from exc
 
-from statewise.db import _codec, _pg_retention
+from statewise.db import _codec, _pg_retention, _sql_reads, _sql_retention
 from statewise.db import _pg_sql as Q
 from statewise.db._pg_admin import claim_in, delete_in, prune_in, release_in
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
@@ -51,19 +51,16 @@ from statewise.db._pg_commit import arun_commit, import_in, run_commit
 from statewise.db._pg_group import KnownLanded, run_group
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
-from statewise.db._pg_rows import run_from_row as _run_from_row
-from statewise.db._pg_rows import session_from_row as _session_from_row
+from statewise.db._sql_reads import SqlReads, session_from_row
 from statewise.db.base import (
     BaseDb,
     GroupEntry,
     ProbedTails,
     ScopesRead,
     on_private_loop,
-    readable_records,
     to_timestamp_cutoff,
     validate_id,
 )
-from statewise.db.listing import decode_cursor
 from statewise.db.rebuild import decode_delta_row, rebuilt_scope
 from statewise.db.records import (
     Commit,
@@ -109,7 +106,7 @@ def _probed(
     """The session (None if there is none) and each scope's version, from a row of
     `probe_query` (or of `probe_tails_query`, which starts with its columns)."""
     versions = dict(zip(keys, [int(v) for v in (row[8] or [])], strict=True))
-    return (_session_from_row(row) if row[0] is not None else None), versions
+    return (session_from_row(row) if row[0] is not None else None), versions
 
 
 def _scope_state(
@@ -129,7 +126,7 @@ def _scope_state(
 
 def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> ScopesRead:
     """What `read_query` read: the session, each scope's version, the moved scopes."""
-    record = _session_from_row(rows[0]) if rows and rows[0][0] is not None else None
+    record = session_from_row(rows[0]) if rows and rows[0][0] is not None else None
     if not keys:  # (`_read_scopes_query` probed the session alone)
         return record, {}, {}
     versions: dict[ScopeKey, int] = {}
@@ -145,7 +142,7 @@ def _scopes_read(keys: Sequence[ScopeKey], rows: Sequence[Sequence[Any]]) -> Sco
     return record, versions, loaded
 
 
-class PostgresDb(BaseDb):
+class PostgresDb(SqlReads, BaseDb):
     """Sessions in PostgreSQL (or anything speaking its protocol), inside `schema`."""
 
     def __init__(
@@ -171,6 +168,7 @@ class PostgresDb(BaseDb):
         self.pool_timeout = pool_timeout
         self.connect_timeout = connect_timeout
         self._s = f'"{schema}"'
+        self._dialect = Q.dialect(self._s)
         self._closed = False
         kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -414,37 +412,20 @@ class PostgresDb(BaseDb):
             session_id,
         )
 
-    def read_deltas(
-        self,
-        key: ScopeKey,
-        *,
-        after_version: int = 0,
-        upto_version: int | None = None,
-        limit: int | None = None,
-    ) -> list[DeltaRecord]:
+    def _deltas_between(
+        self, key: ScopeKey, after_version: int, upto_version: int | None
+    ) -> tuple[str, list[Any]]:
         sql = (
             f"SELECT version, session_id, run_id, step, segments, conflicts, created_at "
             f"FROM {self._s}.deltas WHERE kind = %s AND scope_id = %s AND version > %s"
         )
         params: list[Any] = [key.kind, key.id, after_version]
-        if upto_version is not None:
-            sql += " AND version <= %s"
-            params.append(upto_version)
-        sql += " ORDER BY version"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
-        return [decode_delta_row(key, *row) for row in rows]
+        sql = _sql_reads.and_given(self._dialect, sql, params, [("version <=", upto_version)])
+        return sql + " ORDER BY version", params
 
     def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
-        row = self._read(
-            lambda c: c.execute(
-                f"SELECT version, state FROM {self._s}.snapshots WHERE kind = %s "
-                f"AND scope_id = %s AND version <= %s ORDER BY version DESC LIMIT 1",
-                (key.kind, key.id, at_or_before),
-            ).fetchone()
-        )
+        sql = _sql_reads.snapshot_query(self._dialect)
+        row = self._read(lambda c: c.execute(sql, (key.kind, key.id, at_or_before)).fetchone())
         if row is None:
             return 0, {}
         try:
@@ -455,136 +436,35 @@ class PostgresDb(BaseDb):
             raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not an object")
         return int(row[0]), data
 
-    def read_events(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        run_id: str | None = None,
-    ) -> list[EventRecord]:
-        sql = (
+    def _fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return self._read(lambda c: c.execute(sql, params).fetchall())
+
+    def _fetch_one(self, sql: str, params: Sequence[Any]) -> Any:
+        return self._read(lambda c: c.execute(sql, params).fetchone())
+
+    def _events_sql(self) -> str:
+        return (
             f"SELECT seq, run_id, type, data, created_at FROM {self._s}.events "
             f"WHERE session_id = %s"
         )
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND seq > %s"
-            params.append(after)
-        if before is not None:
-            sql += " AND seq < %s"
-            params.append(before)
-        if types:
-            sql += " AND type = ANY(%s::text[])"
-            params.append(list(types))
-        if run_id is not None:
-            sql += " AND run_id = %s"
-            params.append(run_id)
-        newest_first = limit is not None and after is None
-        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
+
+    def _events_from(
+        self, session_id: str, sql: str, params: Sequence[Any], newest_first: bool
+    ) -> list[EventRecord]:
+        rows = self._fetch_all(sql, params)
         if newest_first:
             rows.reverse()
-        events = []
-        for seq, run_id, type_, data, created_at in rows:
-            try:
-                decoded = _codec.loads(data)
-            except ValueError as exc:
-                raise CorruptRecordError(
-                    f"session {session_id!r}: event {seq} is not JSON"
-                ) from exc
-            events.append(
-                EventRecord(
-                    session_id=session_id,
-                    seq=seq,
-                    run_id=run_id,
-                    type=type_,
-                    data=decoded,
-                    created_at=created_at,
-                )
+        return [
+            EventRecord(
+                session_id=session_id,
+                seq=seq,
+                run_id=run_id,
+                type=type_,
+                data=_sql_reads.event_data(session_id, seq, data),
+                created_at=created_at,
             )
-        return events
-
-    def read_runs(
-        self, session_id: str, *, limit: int | None = None, status: str | None = None
-    ) -> list[RunRecord]:
-        sql = f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if status is not None:
-            sql += " AND status = %s"
-            params.append(status)
-        sql += " ORDER BY created_at DESC, id DESC"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
-        return [_run_from_row(session_id, row) for row in reversed(rows)]
-
-    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
-        after: tuple[float, int] = (float("-inf"), -1)
-        sql = (
-            f"SELECT {Q.RUN_COLUMNS}, id FROM {self._s}.runs WHERE session_id = %s "
-            "AND (created_at, id) > (%s, %s) ORDER BY created_at, id LIMIT %s"
-        )
-        while True:
-            params: tuple[Any, ...] = (session_id, *after, page)
-
-            def read(c: Any, params: tuple[Any, ...] = params) -> list[Any]:
-                return c.execute(sql, params).fetchall()  # type: ignore[no-any-return]
-
-            rows = self._read(read)
-            for row in rows:
-                yield _run_from_row(session_id, row[:-1])
-            if len(rows) < page:
-                return
-            after = (rows[-1][-3], rows[-1][-1])  # (created_at, id) of the last one
-
-    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
-        row = self._read(
-            lambda c: c.execute(
-                f"SELECT {Q.RUN_COLUMNS} FROM {self._s}.runs WHERE session_id = %s AND run_id = %s",
-                (session_id, run_id),
-            ).fetchone()
-        )
-        return _run_from_row(session_id, row) if row else None
-
-    def list_sessions(
-        self,
-        *,
-        user_id: str | None = None,
-        app_name: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        cursor: str | None = None,
-    ) -> list[SessionRecord]:
-        sql = f"SELECT {Q.SESSION_COLUMNS} FROM {self._s}.sessions WHERE true"
-        params: list[Any] = []
-        if user_id is not None:
-            sql += " AND user_id = %s"
-            params.append(user_id)
-        if app_name is not None:
-            sql += " AND app_name = %s"
-            params.append(app_name)
-        if cursor is not None:
-            # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
-            updated_at, session_id = decode_cursor(cursor)
-            bucket = Q.listed("%s::double precision")
-            sql += (
-                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < %s"
-                f' OR (updated_at = %s AND session_id COLLATE "C" > %s))'
-            )
-            params += [updated_at, updated_at, updated_at, updated_at, session_id]
-        sql += (
-            ' ORDER BY listed_at DESC, updated_at DESC, session_id COLLATE "C" LIMIT %s OFFSET %s'
-        )
-        params.extend([limit, offset])
-        rows = self._read(lambda c: c.execute(sql, params).fetchall())
-        return readable_records(rows, _session_from_row)
+            for seq, run_id, type_, data, created_at in rows
+        ]
 
     # ---- writes --------------------------------------------------------------------------
 
@@ -657,10 +537,12 @@ class PostgresDb(BaseDb):
         return self._transaction(lambda c: delete_in(c, self._s, [session_id])) > 0
 
     def read_horizon(self, session_id: str) -> Horizon:
-        return self._read(lambda conn: _pg_retention.read_horizon(conn, self._s, session_id))
+        return self._read(lambda conn: _sql_retention.read_horizon(conn, self._dialect, session_id))
 
     def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
-        return self._transaction(lambda conn: _pg_retention.write_compaction(conn, self._s, plan))
+        return self._transaction(
+            lambda conn: _pg_retention.write_compaction(conn, self._dialect, plan)
+        )
 
     def prune_sessions(
         self, *, older_than: float | timedelta | datetime, user_id: str | None = None

@@ -1,4 +1,5 @@
-"""SQLite reads: sessions, scopes, deltas, snapshots, events and runs."""
+"""SQLite's own reads (the probe, scopes and snapshots, where its deltas and events are, and
+events that refer to a delta); what it shares with PostgreSQL is `statewise.db._sql_reads`."""
 
 from __future__ import annotations
 
@@ -8,16 +9,10 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from statewise.db import _codec
-from statewise.db.base import (
-    readable_records,
-)
-from statewise.db.listing import decode_cursor
-from statewise.db.rebuild import decode_delta_row, decode_segments, rebuilt_scope
+from statewise.db import _codec, _sql_reads
+from statewise.db.rebuild import decode_segments, rebuilt_scope
 from statewise.db.records import (
-    DeltaRecord,
     EventRecord,
-    RunRecord,
     ScopeKey,
     ScopeState,
     SessionRecord,
@@ -26,7 +21,6 @@ from statewise.db.sqlite._schema import (
     DELTA_REFERENCE,
     KEY_SPAN,
     SqliteBase,
-    listed,
     row_key,
 )
 from statewise.exceptions import (
@@ -88,7 +82,7 @@ def _one_read(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("COMMIT")
 
 
-class SqliteReads(SqliteBase):
+class SqliteReads(_sql_reads.SqlReads, SqliteBase):
     """`SqliteDb`'s reads."""
 
     def probe(
@@ -100,23 +94,7 @@ class SqliteReads(SqliteBase):
         params.append(session_id)
         row = self._conn.execute(_probe_sql(self.table_prefix, len(keys)), params).fetchone()
         versions = {key: row[8 + i] or 0 for i, key in enumerate(keys)}
-        return (self._session_from_row(row) if row[0] is not None else None), versions
-
-    def _session_from_row(self, row: Sequence[Any]) -> SessionRecord:
-        try:
-            metadata = _codec.loads(row[7]) if row[7] else {}
-        except ValueError as exc:
-            raise CorruptRecordError(f"session {row[0]!r}: metadata is not JSON") from exc
-        return SessionRecord(
-            session_id=row[0],
-            user_id=row[1],
-            app_name=row[2],
-            kind=row[3],
-            created_at=row[4],
-            updated_at=row[5],
-            last_seq=row[6],
-            metadata=metadata,
-        )
+        return (_sql_reads.session_from_row(row) if row[0] is not None else None), versions
 
     def load_scopes(self, keys: Sequence[ScopeKey]) -> dict[ScopeKey, ScopeState]:
         p = self.table_prefix
@@ -153,31 +131,18 @@ class SqliteReads(SqliteBase):
             )
         return result
 
-    def read_deltas(
-        self,
-        key: ScopeKey,
-        *,
-        after_version: int = 0,
-        upto_version: int | None = None,
-        limit: int | None = None,
-    ) -> list[DeltaRecord]:
-        sql = _deltas_sql(self.table_prefix)
+    def _deltas_between(
+        self, key: ScopeKey, after_version: int, upto_version: int | None
+    ) -> tuple[str, list[Any]]:
         # (clamped into the scope's own range of delta keys)
         low = min(max(after_version + 1, 0), KEY_SPAN)
         high = KEY_SPAN - 1 if upto_version is None else min(max(upto_version, -1), KEY_SPAN - 1)
-        params: list[Any] = [key.kind, key.id, low, key.kind, key.id, high]
-        sql += " ORDER BY delta_key"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        rows = self._conn.execute(sql, params).fetchall()
-        return [decode_delta_row(key, *row) for row in rows]
+        sql = _deltas_sql(self.table_prefix) + " ORDER BY delta_key"
+        return sql, [key.kind, key.id, low, key.kind, key.id, high]
 
     def read_snapshot(self, key: ScopeKey, at_or_before: int) -> tuple[int, dict[str, Any]]:
         row = self._conn.execute(
-            f"SELECT version, state FROM {self.table_prefix}snapshots WHERE kind = ? "
-            f"AND scope_id = ? AND version <= ? ORDER BY version DESC LIMIT 1",
-            (key.kind, key.id, at_or_before),
+            _sql_reads.snapshot_query(self._dialect), (key.kind, key.id, at_or_before)
         ).fetchone()
         if row is None:
             return 0, {}
@@ -186,43 +151,25 @@ class SqliteReads(SqliteBase):
         except ValueError as exc:
             raise CorruptRecordError(f"{key}: snapshot at version {row[0]} is not JSON") from exc
 
-    def read_events(
-        self,
-        session_id: str,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        run_id: str | None = None,
+    def _fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _fetch_one(self, sql: str, params: Sequence[Any]) -> Any:
+        return self._conn.execute(sql, params).fetchone()
+
+    def _events_sql(self) -> str:
+        return _events_sql(self.table_prefix)
+
+    def _events_from(
+        self, session_id: str, sql: str, params: Sequence[Any], newest_first: bool
     ) -> list[EventRecord]:
-        sql = _events_sql(self.table_prefix)
-        params: list[Any] = [session_id]
-        if after is not None:
-            sql += " AND seq > ?"
-            params.append(after)
-        if before is not None:
-            sql += " AND seq < ?"
-            params.append(before)
-        if types:
-            sql += f" AND type IN ({','.join('?' * len(types))})"
-            params.extend(types)
-        if run_id is not None:
-            sql += " AND run_id = ?"
-            params.append(run_id)
-        newest_first = limit is not None and after is None
-        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
         conn = self._conn
         # One read transaction, so the deltas that events refer to are read with them.
         with _one_read(conn):
             rows = conn.execute(sql, params).fetchall()
             if newest_first:
                 rows.reverse()
-            events = [self._event_from_row(conn, session_id, *row) for row in rows]
-        return events
+            return [self._event_from_row(conn, session_id, *row) for row in rows]
 
     def _event_from_row(
         self,
@@ -235,10 +182,7 @@ class SqliteReads(SqliteBase):
         created_at: float,
     ) -> EventRecord:
         reference = isinstance(data, str) and data.startswith(DELTA_REFERENCE)
-        try:
-            decoded = _codec.loads(data[1:] if reference else data)
-        except ValueError as exc:
-            raise CorruptRecordError(f"session {session_id!r}: event {seq} is not JSON") from exc
+        decoded = _sql_reads.event_data(session_id, seq, data[1:] if reference else data)
         if reference:
             decoded["segments"] = self._referenced_segments(conn, session_id, seq, decoded)
         return EventRecord(
@@ -267,102 +211,3 @@ class SqliteReads(SqliteBase):
             )
         key = ScopeKey(data["scope"], data["scope_id"])
         return [s.to_dict() for s in decode_segments(key, data["version"], row[0])]
-
-    _RUN_COLUMNS = (
-        "run_id, status, agent_name, input, content, messages, metrics, error, "
-        "created_at, updated_at"
-    )
-
-    def _run_from_row(self, session_id: str, row: Sequence[Any]) -> RunRecord:
-        try:
-            messages = _codec.loads(row[5])
-            metrics = _codec.loads(row[6])
-        except ValueError as exc:
-            raise CorruptRecordError(
-                f"session {session_id!r}: run {row[0]!r} is not valid JSON"
-            ) from exc
-        return RunRecord(
-            session_id=session_id,
-            run_id=row[0],
-            status=row[1],
-            agent_name=row[2],
-            input=row[3],
-            content=row[4],
-            messages=messages,
-            metrics=metrics,
-            error=row[7],
-            created_at=row[8],
-            updated_at=row[9],
-        )
-
-    def read_runs(
-        self, session_id: str, *, limit: int | None = None, status: str | None = None
-    ) -> list[RunRecord]:
-        sql = f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs WHERE session_id = ?"
-        params: list[Any] = [session_id]
-        if status is not None:
-            sql += " AND status = ?"
-            params.append(status)
-        sql += " ORDER BY created_at DESC, rowid DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        rows = self._conn.execute(sql, params).fetchall()
-        return [self._run_from_row(session_id, row) for row in reversed(rows)]
-
-    def iter_runs(self, session_id: str, *, page: int = 500) -> Iterator[RunRecord]:
-        after: tuple[float, int] = (float("-inf"), -1)
-        while True:
-            rows = self._conn.execute(
-                f"SELECT {self._RUN_COLUMNS}, rowid FROM {self.table_prefix}runs "
-                "WHERE session_id = ? AND (created_at, rowid) > (?, ?) "
-                "ORDER BY created_at, rowid LIMIT ?",
-                (session_id, *after, page),
-            ).fetchall()
-            for row in rows:
-                yield self._run_from_row(session_id, row[:-1])
-            if len(rows) < page:
-                return
-            after = (rows[-1][-3], rows[-1][-1])  # (created_at, rowid) of the last one
-
-    def get_run(self, session_id: str, run_id: str) -> RunRecord | None:
-        row = self._conn.execute(
-            f"SELECT {self._RUN_COLUMNS} FROM {self.table_prefix}runs "
-            f"WHERE session_id = ? AND run_id = ?",
-            (session_id, run_id),
-        ).fetchone()
-        return self._run_from_row(session_id, row) if row else None
-
-    def list_sessions(
-        self,
-        *,
-        user_id: str | None = None,
-        app_name: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        cursor: str | None = None,
-    ) -> list[SessionRecord]:
-        sql = (
-            f"SELECT session_id, user_id, app_name, kind, created_at, updated_at, last_seq, "
-            f"metadata FROM {self.table_prefix}sessions WHERE 1=1"
-        )
-        params: list[Any] = []
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user_id)
-        if app_name is not None:
-            sql += " AND app_name = ?"
-            params.append(app_name)
-        if cursor is not None:
-            # Seeks the listing index to the cursor's bucket (see `statewise.db.listing`).
-            updated_at, session_id = decode_cursor(cursor)
-            bucket = listed("?")
-            sql += (
-                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < ?"
-                f" OR (updated_at = ? AND session_id > ?))"
-            )
-            params += [updated_at, updated_at, updated_at, updated_at, session_id]
-        sql += " ORDER BY listed_at DESC, updated_at DESC, session_id LIMIT ? OFFSET ?"
-        params.extend([limit, offset])
-        rows = self._conn.execute(sql, params).fetchall()
-        return readable_records(rows, self._session_from_row)

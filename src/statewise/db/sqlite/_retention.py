@@ -4,33 +4,20 @@ apply a planned compaction inside the caller's write transaction."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from statewise.db import _codec
-from statewise.db.retention import (
-    LIVE_RUN_STATUSES,
-    Compaction,
-    CompactionPlan,
-    Horizon,
-    forgets,
-)
-from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, row_key
-
-_LIVE = "('" + "','".join(LIVE_RUN_STATUSES) + "')"
-
-
-def read_horizon(conn: sqlite3.Connection, p: str, session_id: str) -> Horizon:
-    row = conn.execute(
-        f"SELECT version, before, ids_before FROM {p}horizons WHERE session_id = ?",
-        (session_id,),
-    ).fetchone()
-    return Horizon(version=row[0], before=row[1], ids_before=row[2]) if row else Horizon()
+from statewise.db._sql_retention import fold, forget, live_runs, read_horizon
+from statewise.db.retention import Compaction, CompactionPlan, Horizon
+from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, dialect, row_key
 
 
 def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> Compaction | None:
     """Apply `plan` in the caller's transaction (which holds the write lock)."""
+    d = dialect(p)
     sid = plan.session_id
     new = plan.new
-    if read_horizon(conn, p, sid) != plan.old:
+    if read_horizon(conn, d, sid) != plan.old:
         return None
     row = conn.execute(f"SELECT session_key FROM {p}sessions WHERE session_id = ?", (sid,))
     found = row.fetchone()
@@ -38,41 +25,10 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
         return None
     session_key = found[0]
     out = Compaction(session_id=sid, horizon=new)
-    live_runs = f"SELECT run_id FROM {p}runs WHERE session_id = ? AND status IN {_LIVE}"
     if plan.snapshot is not None:
-        _inline_kept_references(conn, p, sid, session_key, new, live_runs)
-        _fold(conn, p, sid, new.version, plan.snapshot, out)
-    out.events = conn.execute(
-        f"DELETE FROM {p}events WHERE session_key = ? AND created_at <= ? "
-        f"AND (run_id IS NULL OR run_id NOT IN ({live_runs}))",
-        (session_key, new.before, sid),
-    ).rowcount
-    out.runs = conn.execute(
-        f"DELETE FROM {p}runs WHERE session_id = ? AND status NOT IN {_LIVE} AND updated_at <= ?",
-        (sid, new.before),
-    ).rowcount
-    conn.execute(
-        f"DELETE FROM {p}run_leases WHERE session_id = ? "
-        f"AND run_id NOT IN (SELECT run_id FROM {p}runs WHERE session_id = ?)",
-        (sid, sid),
-    )
-    live = {row[0] for row in conn.execute(live_runs, (sid,))}
-    old_ids = [
-        (sid, commit_id)
-        for commit_id, landed in conn.execute(  # (an id is made before it lands)
-            f"SELECT commit_id, created_at FROM {p}commits WHERE session_id = ? AND created_at < ?",
-            (sid, new.ids_before),
-        )
-        if forgets(plan, commit_id, landed, live)
-    ]
-    conn.executemany(f"DELETE FROM {p}commits WHERE session_id = ? AND commit_id = ?", old_ids)
-    out.commit_ids = len(old_ids)
-    conn.execute(
-        f"INSERT INTO {p}horizons (session_id, version, before, ids_before) VALUES (?,?,?,?) "
-        f"ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
-        f"before = excluded.before, ids_before = excluded.ids_before",
-        (sid, new.version, new.before, new.ids_before),
-    )
+        _inline_kept_references(conn, p, sid, session_key, new, live_runs(d))
+        fold(conn, d, sid, new.version, plan.snapshot, out, handle="scope_key", deltas=_deltas)
+    forget(conn, d, plan, out, "session_key =", session_key)
     return out
 
 
@@ -106,38 +62,8 @@ def _inline_kept_references(
         )
 
 
-def _fold(
-    conn: sqlite3.Connection, p: str, sid: str, version: int, snapshot: str, out: Compaction
-) -> None:
-    """Make the snapshot at `version` the scope's base and delete what it replaces."""
-    scope = "kind = 'session' AND scope_id = ?"
-    row = conn.execute(
-        f"SELECT scope_key, snapshot_version FROM {p}scopes WHERE {scope}", (sid,)
-    ).fetchone()
-    if row is None:
-        return
-    scope_key, snapshot_version = row
-    # The scope's deltas are the rowids of its range (see `row_key`).
+def _deltas(scope_key: int, low: int, high: int) -> tuple[str, tuple[Any, ...]]:
+    """The session scope's deltas after version `low` up to `high` (see `fold`): a range
+    of the deltas table's own keys (see `row_key`)."""
     first = scope_key * KEY_SPAN
-    if snapshot_version < version:
-        folded = conn.execute(
-            f"SELECT coalesce(sum(length(segments)), 0) FROM {p}deltas "
-            f"WHERE delta_key BETWEEN ? AND ?",
-            (first + snapshot_version + 1, first + version),
-        ).fetchone()[0]
-        conn.execute(
-            f"UPDATE {p}scopes SET snapshot_version = ?, snapshot_bytes = ?, "
-            f"tail_bytes = max(0, tail_bytes - ?) WHERE scope_key = ?",
-            (version, len(snapshot), folded, scope_key),
-        )
-    conn.execute(
-        f"INSERT INTO {p}snapshots (kind, scope_id, version, state) VALUES ('session', ?, ?, ?) "
-        f"ON CONFLICT (kind, scope_id, version) DO NOTHING",
-        (sid, version, snapshot),
-    )
-    out.deltas = conn.execute(
-        f"DELETE FROM {p}deltas WHERE delta_key BETWEEN ? AND ?", (first, first + version)
-    ).rowcount
-    out.snapshots = conn.execute(
-        f"DELETE FROM {p}snapshots WHERE {scope} AND version < ?", (sid, version)
-    ).rowcount
+    return "delta_key BETWEEN ? AND ?", (first + low + 1, first + high)

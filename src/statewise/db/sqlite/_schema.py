@@ -7,6 +7,7 @@ each sees what it builds on without a circle of imports.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -16,6 +17,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from statewise._workers import Workers, run_blocking
 from statewise.db import _codec
+from statewise.db._sql_reads import Dialect
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
@@ -422,6 +424,12 @@ def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
         """
 
 
+@functools.lru_cache(maxsize=8)
+def dialect(p: str) -> Dialect:
+    """How the statements SQLite shares with PostgreSQL are spelt with table prefix `p`."""
+    return Dialect(prefix=p, listed=listed)
+
+
 class SqliteBase(BaseDb):
     """A SQLite file's connections and schema (see `SqliteDb`)."""
 
@@ -441,6 +449,7 @@ class SqliteBase(BaseDb):
             raise StorageError(f"synchronous must be FULL, NORMAL or OFF, not {synchronous!r}")
         self.db_file = str(db_file)
         self.table_prefix = table_prefix
+        self._dialect = dialect(table_prefix)
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
         self._local = threading.local()

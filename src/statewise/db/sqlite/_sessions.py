@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from statewise.db import _codec
+from statewise.db import _codec, _sql_retention
 from statewise.db.base import (
     to_timestamp_cutoff,
     validate_id,
@@ -71,7 +71,7 @@ class SqliteSessions(SqliteLeases):
         return len(keys)
 
     def read_horizon(self, session_id: str) -> Horizon:
-        return _retention.read_horizon(self._conn, self.table_prefix, session_id)
+        return _sql_retention.read_horizon(self._conn, self._dialect, session_id)
 
     def write_compaction(self, plan: CompactionPlan) -> Compaction | None:
         try:

@@ -233,19 +233,27 @@ def test_a_state_delta_event_refers_to_its_delta_instead_of_copying_it(tmp_path:
     assert fresh.read_events("s", types=["state_delta"], limit=1)[0].data == events[-1].data
 
 
-def test_every_commit_id_is_stored_in_commits_with_its_result(tmp_path: Path) -> None:
-    """One place for commit ids: a row of `commits` per commit, holding the result a retry
-    is answered with (its last sequence number first)."""
+def test_the_commit_ids_callers_give_are_stored_in_commits_with_their_result(
+    tmp_path: Path,
+) -> None:
+    """One place for commit ids: a row of `commits` per id a caller gave, holding the
+    result a retry is answered with (its last sequence number first). A run's own commits
+    carry none: SQLite always answers, so nobody could send them again."""
     db_file = tmp_path / "s.db"
     agent = make_agent(db_file)
     agent.run("a", session_id="s")
     agent.run("b", session_id="s")
+    store = StateStore(SqliteDb(db_file=db_file))
+    for commit_id in ("given-1", "given-2"):
+        with store.begin(SessionSpec(session_id="s")) as txn:
+            txn.state[commit_id] = 1
+            txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
     with sqlite3.connect(db_file) as conn:
         stored = conn.execute(
             "SELECT commit_id, result FROM statewise_commits ORDER BY commit_id"
         ).fetchall()
         columns = [row[1] for row in conn.execute("PRAGMA table_info(statewise_events)")]
-    assert len(stored) == 6  # three commits per run
+    assert [commit_id for commit_id, _result in stored] == ["given-1", "given-2"]
     assert "commit_id" not in columns
     last_seqs = [int(result.split("|")[0]) for _commit_id, result in stored]
     events = SqliteDb(db_file=db_file).read_events("s")
@@ -279,7 +287,9 @@ def test_commit_ids_not_made_in_order_are_still_applied_once(tmp_path: Path) -> 
     assert db.read_events("s") == events_before
     state, _version = store.read_state(spec)
     assert {k: state[k] for k in landed} == {k: n for n, k in enumerate(landed)}
-    assert row_count(tmp_path / "s.db", "commits") == 27
+    assert (
+        row_count(tmp_path / "s.db", "commits") == 7
+    )  # (the 20 commits without an id of their own store none)
 
 
 def test_a_scope_at_the_end_of_its_key_range_refuses_more_versions(tmp_path: Path) -> None:

@@ -161,10 +161,12 @@ class StoreCommits(StoreCheckout):
         writes it). The common case (the first attempt lands) builds one `Commit` and
         nothing else: what a rebase needs (`PendingCommit`) is made only when a race was
         lost."""
-        if commit_id is None:
-            commit_id = new_id()
-        else:
+        if commit_id is not None:
             validate_id(commit_id, "commit_id")
+        elif self.db.loses_replies:
+            commit_id = new_id()  # (what makes resending it after a lost reply safe)
+        else:
+            commit_id = ""  # (nobody can send it again: its database stores no id for it)
         recorder = ws.recorder
         if recorder.ops:
             if self.schema is not None:

@@ -327,6 +327,13 @@ class BaseDb(ABC):
         versions.update({key: scope.version for key, scope in loaded.items()})
         return record, versions, loaded
 
+    loses_replies: bool = True
+    """Whether a commit's caller can be left not knowing if it landed (a network database
+    whose reply was lost): then every commit carries an id, stored with it, so that
+    sending it again is safe. A database in this process (SQLite, memory) always answers,
+    and stores only the ids callers give (a durable run's, an API client's): a commit id
+    nobody could send again would cost a write per commit for nothing."""
+
     @property
     def queues_rebased_commits(self) -> bool:
         """Whether `commit_rebased` keeps the session's other writers out while it reads

@@ -148,6 +148,8 @@ def _run_out(session_id: str, row: _RunRow) -> RunRecord:
 class InMemoryDb(BaseDb):
     """Everything in this process's memory; gone when it exits."""
 
+    loses_replies = False
+
     def __init__(self, *, retention: Retention | None = None) -> None:
         self.retention = default_retention(retention)
         self._horizons: dict[str, Horizon] = {}
@@ -156,7 +158,8 @@ class InMemoryDb(BaseDb):
         self._scopes: dict[ScopeKey, _Scope] = {}
         self._events: dict[str, list[_EventRow]] = {}
         self._runs: dict[str, dict[str, _RunRow]] = {}
-        # session id -> commit id -> (versions, last_seq, event count), encoded only when the id comes again
+        # session id -> commit id -> (versions, last_seq, event count), encoded only when
+        # the id comes again
         self._commits: dict[str, dict[str, tuple[dict[ScopeKey, int], int, int]]] = {}
         self._leases: dict[tuple[str, str], tuple[str, float]] = {}  # run -> (owner, expiry)
 

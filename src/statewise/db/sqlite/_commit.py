@@ -115,6 +115,8 @@ def _insert_sql(
 class SqliteCommits(SqliteReads):
     """`SqliteDb`'s writes: the write lock and the commit path."""
 
+    loses_replies = False  # (a commit raises or lands: see `BaseDb.loses_replies`)
+
     def _writing_conn(self) -> sqlite3.Connection:
         """This thread's connection for a write, which checks the file itself once it holds
         the write lock; only a new connection (which would create an empty file where the

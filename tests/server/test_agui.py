@@ -402,11 +402,15 @@ def test_two_frontends_on_one_thread_with_their_versions(live: LiveServer) -> No
 
 
 def test_every_agui_write_is_a_transaction_commit_with_an_id(
-    make_live: Callable[..., LiveServer], tmp_path: Any
+    make_live: Callable[..., LiveServer], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The frontend's edits and the thread's sync record go through the one write
-    lifecycle: each lands in a commit stored with its commit id (exactly once on a
-    retry), so every event of the thread belongs to such a commit."""
+    lifecycle: each lands in a commit with a commit id (exactly once on a retry), so
+    every event of the thread belongs to such a commit. SQLite stores only the ids
+    callers give (it always answers, see `BaseDb.loses_replies`); told it might lose
+    replies, as a network database does, it stores every commit's id, and the events can
+    be matched to them."""
+    monkeypatch.setattr(SqliteDb, "loses_replies", True)
     live = make_live()
     with live.client() as client:
         ui = Frontend(client, "ids")

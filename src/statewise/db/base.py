@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from statewise._workers import run_blocking, runs_inline
+from statewise._workers import run_blocking
 from statewise.db.listing import SessionPage, page_of
 from statewise.db.records import (
     Commit,
@@ -40,11 +40,6 @@ scope got after a given base."""
 ScopesRead = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, ScopeState]]
 """What `read_scopes` reads: the session row, each scope's version, and the state of each
 scope that is not at the version the reader holds."""
-
-on_private_loop = runs_inline
-"""Whether this database call runs inline (a sync call's own loop) or must leave the
-loop's thread: backends with two drivers pick one by it (see `statewise._workers`)."""
-
 
 MAX_ID_LENGTH = 256
 _ID_PATTERN = re.compile(r"[^\x00-\x1f\x7f]+")

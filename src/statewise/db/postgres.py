@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from statewise._workers import runs_inline
+
 try:
     import psycopg
     from psycopg import errors as pg_errors
@@ -57,7 +59,6 @@ from statewise.db.base import (
     GroupEntry,
     ProbedTails,
     ScopesRead,
-    on_private_loop,
     to_timestamp_cutoff,
     validate_id,
 )
@@ -386,7 +387,7 @@ class PostgresDb(SqlReads, BaseDb):
     ) -> ScopesRead:
         """The same statement through psycopg's async driver, on the running loop (see
         `_pg_async`); inline on a sync call's private loop, as every async method is."""
-        if on_private_loop():
+        if runs_inline():
             return self.read_scopes(session_id, keys, held)
         if self._closed:
             raise StorageError(f"{self!r} is closed")
@@ -476,7 +477,7 @@ class PostgresDb(SqlReads, BaseDb):
         commit is one round trip, and a worker thread would cost more than it. A commit
         without an id (nothing to make a resend safe by) goes through a thread, whose
         recovery looks for its rows."""
-        if on_private_loop() or not commit.commit_id:
+        if runs_inline() or not commit.commit_id:
             return await super().acommit(commit)
         if self._closed:
             raise StorageError(f"{self!r} is closed")

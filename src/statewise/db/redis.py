@@ -43,13 +43,14 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from statewise._workers import runs_inline
 from statewise.db import _codec
 from statewise.db import _redis_admin as admin
 from statewise.db import _redis_lua as lua
 from statewise.db import _redis_retention as retention_ops
 from statewise.db._redis_async import LoopClients
 from statewise.db._redis_keys import Keys, corrupt, dec
-from statewise.db.base import BaseDb, ScopesRead, on_private_loop, validate_id
+from statewise.db.base import BaseDb, ScopesRead, validate_id
 from statewise.db.rebuild import decode_delta_row, rebuilt_scope
 from statewise.db.records import (
     Commit,
@@ -212,7 +213,7 @@ class RedisDb(BaseDb):
     ) -> ScopesRead:
         """The same script through redis.asyncio, on the running loop (see `_redis_async`);
         inline on a sync call's private loop, as every async method is."""
-        if on_private_loop() or not self._own_client:
+        if runs_inline() or not self._own_client:
             return await super().aread_scopes(session_id, keys, held)
         names, args = self._read_args(session_id, keys, held)
         reply = await self._on_loop("read", self._read_script, names, args)
@@ -347,7 +348,7 @@ class RedisDb(BaseDb):
         """The same script through redis.asyncio, on the running loop: a commit is one
         round trip, and a worker thread would cost more than it (the hop, and the wait for
         the loop's interpreter lock). A dropped connection is retried as `commit`'s is."""
-        if on_private_loop() or not self._own_client:
+        if runs_inline() or not self._own_client:
             return await super().acommit(commit)
         now = time.time()
         keys, args = self._commit_args(commit, now)

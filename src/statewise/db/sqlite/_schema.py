@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from statewise._workers import Workers, run_blocking
+from statewise._workers import Workers, run_blocking, runs_inline
 from statewise.db import _codec
 from statewise.db._sql_reads import Dialect
 from statewise.db.base import (
     BaseDb,
     ScopesRead,
-    on_private_loop,
 )
 from statewise.db.listing import LISTED_EVERY
 from statewise.db.records import (
@@ -557,7 +556,7 @@ class SqliteBase(BaseDb):
     ) -> ScopesRead:
         """A reader's read (the state GET) does not queue behind commits on the writer's
         thread: in WAL mode any thread reads at once, on a connection of its own."""
-        if on_private_loop() or self.db_file == ":memory:":
+        if runs_inline() or self.db_file == ":memory:":
             return await super().aread_scopes(session_id, keys, held)
         return await run_blocking(self.read_scopes, session_id, keys, held)
 
@@ -566,7 +565,7 @@ class SqliteBase(BaseDb):
         thread with its own connection, so the loop never waits on a disk sync, the busy
         timeout or a commit's retry backoff. A sync call's private loop, and an in-memory
         database (which exists only on its connection), run inline."""
-        if on_private_loop() or self.db_file == ":memory:":
+        if runs_inline() or self.db_file == ":memory:":
             return fn(*args, **kwargs)
         return await self._writer_thread().run(fn, *args, **kwargs)
 

@@ -22,8 +22,10 @@ from statewise.db.records import (
     CommitResult,
     DeltaRecord,
     EventRecord,
+    NewEvent,
     RunRecord,
     ScopeKey,
+    ScopeWrite,
     SessionRecord,
     applied_result,
     decode_commit_result,
@@ -59,12 +61,35 @@ class PgCommitTarget(Protocol):
     ) -> ProbedTails: ...
 
 
+def write_arrays(writes: Sequence[ScopeWrite]) -> list[Any]:
+    """The scope writes as the commit functions take them (`statewise_commit`,
+    `statewise_commit_group`): one array per field, a write at each index."""
+    snapshots = [w.snapshot_text for w in writes]
+    return [
+        TextArray([w.key.kind for w in writes]),
+        TextArray([w.key.id for w in writes]),
+        BigintArray([w.base_version for w in writes]),
+        TextArray([w.segments_text for w in writes]),
+        TextArray([_codec.dumps(w.conflicts) if w.conflicts else None for w in writes]),
+        TextArray(snapshots),
+        BigintArray([w.delta_bytes for w in writes]),
+        BigintArray([len(t) if t is not None else 0 for t in snapshots]),
+    ]
+
+
+def event_arrays(events: Sequence[NewEvent]) -> list[Any]:
+    """The events as the commit functions take them, like `write_arrays`."""
+    return [
+        TextArray([e.run_id for e in events]),
+        TextArray([e.type for e in events]),
+        TextArray([_codec.dumps(e.data) for e in events]),
+    ]
+
+
 def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, ...]]:
     """The `statewise_commit` call and its parameters. Encoding happens here, before any
     I/O, so a value that is not JSON fails without touching the database."""
     session = commit.session
-    writes = commit.writes
-    snapshots = [w.snapshot_text for w in writes]
     run = commit.run
     params: tuple[Any, ...] = (
         commit.commit_id or None,
@@ -77,17 +102,8 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
         now,
         commit.run_id,
         commit.step,
-        TextArray([w.key.kind for w in writes]),
-        TextArray([w.key.id for w in writes]),
-        BigintArray([w.base_version for w in writes]),
-        TextArray([w.segments_text for w in writes]),
-        TextArray([_codec.dumps(w.conflicts) if w.conflicts else None for w in writes]),
-        TextArray(snapshots),
-        BigintArray([w.delta_bytes for w in writes]),
-        BigintArray([len(t) if t is not None else 0 for t in snapshots]),
-        TextArray([e.run_id for e in commit.events]),
-        TextArray([e.type for e in commit.events]),
-        TextArray([_codec.dumps(e.data) for e in commit.events]),
+        *write_arrays(commit.writes),
+        *event_arrays(commit.events),
         run.run_id if run else None,
         run.status if run else None,
         run.agent_name if run else None,

@@ -23,7 +23,14 @@ from psycopg import errors as pg_errors
 
 from statewise.db import _codec, _pg_text
 from statewise.db._pg_arrays import BigintArray, FloatArray, TextArray
-from statewise.db._pg_commit import PgCommitTarget, reply_result, roll_back, run_commit
+from statewise.db._pg_commit import (
+    PgCommitTarget,
+    event_arrays,
+    reply_result,
+    roll_back,
+    run_commit,
+    write_arrays,
+)
 from statewise.db._pg_group_sql import commit_group_call
 from statewise.db.base import GroupEntry, GroupReads, RebasedOnUnlanded
 from statewise.db.records import Commit, CommitResult, ScopeKey
@@ -307,7 +314,6 @@ def group_params(s: str, commits: Sequence[Commit], now: float) -> tuple[str, tu
     writes = [w for c in commits for w in c.writes]
     events = [e for c in commits for e in c.events]
     runs = [c.run for c in commits]
-    snapshots = [w.snapshot_text for w in writes]
     params: tuple[Any, ...] = (
         first.session_id,
         now,
@@ -321,17 +327,8 @@ def group_params(s: str, commits: Sequence[Commit], now: float) -> tuple[str, tu
         BigintArray([c.step for c in commits]),
         BigintArray([len(c.writes) for c in commits]),
         BigintArray([len(c.events) for c in commits]),
-        TextArray([w.key.kind for w in writes]),
-        TextArray([w.key.id for w in writes]),
-        BigintArray([w.base_version for w in writes]),
-        TextArray([w.segments_text for w in writes]),
-        TextArray([_codec.dumps(w.conflicts) if w.conflicts else None for w in writes]),
-        TextArray(snapshots),
-        BigintArray([w.delta_bytes for w in writes]),
-        BigintArray([len(t) if t is not None else 0 for t in snapshots]),
-        TextArray([e.run_id for e in events]),
-        TextArray([e.type for e in events]),
-        TextArray([_codec.dumps(e.data) for e in events]),
+        *write_arrays(writes),
+        *event_arrays(events),
         TextArray([r.run_id if r else None for r in runs]),
         TextArray([r.status if r else None for r in runs]),
         TextArray([r.agent_name if r else None for r in runs]),

@@ -22,24 +22,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench_state import add, model  # (the benchmark's run: one tool call appending an item)
+
 import statewise
 from statewise import Agent
 from statewise.db import SqliteDb
-from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from statewise.models import FunctionModel
 
 SRC = str(Path(statewise.__file__).parent)
-
-
-def add(session_state: dict[str, Any], item: str) -> str:
-    """Append one item."""
-    session_state["items"].append(item)
-    return "ok"
-
-
-def model(messages: list[Message], info: RequestInfo) -> ModelResponse:
-    if messages[-1].role == "tool":
-        return ModelResponse(content="ok")
-    return ModelResponse(tool_calls=[ToolCall("add", {"item": "item-0123456789"}, "c")])
 
 
 class Walk:

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from statewise.db._landed import landed_deltas
 from statewise.db.base import BaseDb, ProbedTails
 from statewise.db.records import Commit, CommitResult, ScopeKey
 
@@ -21,10 +22,15 @@ class _Entry:
     bases_of: Callable[[], Mapping[ScopeKey, int]]
     build: Callable[[ProbedTails], Commit]
     alone: bool
+    built: Commit | None = None  # (the commit its last build made)
     done: bool = False
     result: CommitResult | None = None
     error: Exception | None = None
     wake: threading.Event = field(default_factory=threading.Event)
+
+    def make(self, probed: ProbedTails) -> Commit:
+        self.built = self.build(probed)
+        return self.built
 
 
 @dataclass(eq=False)
@@ -120,15 +126,19 @@ class SessionTurns:
             if len(group) == 1:
                 (only,) = group
                 outcomes: list[CommitResult | Exception] = [
-                    db.commit_rebased(session_id, only.bases_of(), only.build)
+                    db.commit_rebased(session_id, only.bases_of(), only.make)
                 ]
             else:
                 outcomes = db.commit_rebased_together(
-                    session_id, [(e.bases_of, e.build) for e in group]
+                    session_id, [(e.bases_of, e.make) for e in group]
                 )
         except Exception as exc:
             outcomes = [exc] * len(group)
+        landed = landed_deltas(db)
         for entry, outcome in zip(group, outcomes, strict=True):
+            built = entry.built
+            if isinstance(outcome, CommitResult) and built and not outcome.already_landed:
+                landed.note(built, outcome)  # (before its writer wakes)
             if isinstance(outcome, Exception):
                 entry.error = outcome
             else:

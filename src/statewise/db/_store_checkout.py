@@ -13,6 +13,7 @@ from typing import Any
 
 from statewise.db import _codec
 from statewise.db._group import session_turns
+from statewise.db._landed import landed_deltas
 from statewise.db.base import BaseDb, ProbedTails, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
@@ -83,6 +84,7 @@ class StoreCheckout:
         # queues rebased commits, their commits queue at once (`_queues_at_once`).
         self._contended: set[str] = set()
         self._turns = session_turns(db)  # (group commit)
+        self._landed = landed_deltas(db)  # (what this process wrote: catch-ups need not read it)
 
     @property
     def secret_keys(self) -> frozenset[str]:
@@ -257,7 +259,7 @@ class StoreCheckout:
         keys = cached.spec.scope_keys()
         bases = {key: cached.versions.get(key, 0) for key in keys}
         try:
-            probed = self.db.probe_tails(spec.session_id, bases, limit=CATCH_UP_DELTAS)
+            probed = self._probe_tails(spec.session_id, bases, limit=CATCH_UP_DELTAS)
         except BaseException:
             self.cache.give(cached)  # (unchanged: as if never taken)
             raise
@@ -266,6 +268,24 @@ class StoreCheckout:
         if owned.scope_keys() != keys:
             return None
         return owned, probed
+
+    def _probe_tails(
+        self, session_id: str, bases: Mapping[ScopeKey, int], *, limit: int | None = None
+    ) -> ProbedTails:
+        """`BaseDb.probe_tails`, reading from storage only the deltas this process did not
+        land itself (`LandedDeltas`): on a session its own writers keep busy, nearly none."""
+        known = self._landed.after(bases)
+        if not known:
+            return self.db.probe_tails(session_id, bases, limit=limit)
+        reads_from = {key: base + len(known.get(key, ())) for key, base in bases.items()}
+        record, versions, read = self.db.probe_tails(session_id, reads_from, limit=limit)
+        tails: dict[ScopeKey, list[DeltaRecord]] = {}
+        for key, base in bases.items():
+            version = versions[key]
+            if version != base:
+                kept = [d for d in known.get(key, ()) if d.version <= version]
+                tails[key] = kept + read.get(key, [])
+        return record, versions, tails
 
     def _catch_up(
         self,
@@ -286,7 +306,7 @@ class StoreCheckout:
             return
         now: Mapping[ScopeKey, int] = versions
         if tails is None:  # (else read with the versions, from the tree's: see checkout)
-            _record, now, tails = self.db.probe_tails(ws.spec.session_id, bases)
+            _record, now, tails = self._probe_tails(ws.spec.session_id, bases)
         if not all(
             now[key] > after and is_contiguous(after, now[key], tails.get(key, ()))
             for key, after in bases.items()

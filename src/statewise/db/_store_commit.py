@@ -272,6 +272,7 @@ class StoreCommits(StoreCheckout):
             ws.record = record or ws.record
             self._reload(ws, ws.spec.scope_keys())
         else:
+            self._landed.note(commit, result)
             for write in writes:
                 ws.versions[write.key] = result.versions[write.key]
                 size = ws.sizes.setdefault(write.key, ScopeSizes())

@@ -92,6 +92,9 @@ class DeltaRecord:
     # The length of the segments' stored JSON text, when read from storage: what the
     # scope's tail grew by with this delta (None when made otherwise, e.g. imported).
     stored_bytes: int | None = field(default=None, compare=False)
+    # Its ops as one reader decoded them (`StateCodec.decode_ops`: that codec, its ops):
+    # the same delta is applied by every writer of a busy session, decoded once.
+    decoded: tuple[object, list[Any]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def ops(self) -> list[dict[str, Any]]:

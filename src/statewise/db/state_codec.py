@@ -98,13 +98,20 @@ class StateCodec:
         """The ops of stored deltas of one scope, in order, as the merged state applies
         them: paths under the merged state's names, a secret's encrypted value decrypted."""
         prefix = SCOPE_PREFIX[key.kind]
-        out = []
+        out: list[Op] = []
         for delta in deltas:
+            memo = delta.decoded
+            if memo is not None and memo[0] is self:
+                out += memo[1]  # (ops are frozen and applying one copies its value)
+                continue
+            ops = []
             for raw in delta.ops:
                 op = Op.from_json(dict(raw))
                 full = prefix + str(op.path[0])
                 value = self._decrypt(full, op.value) if is_encrypted(op.value) else op.value
-                out.append(Op(op=op.op, path=(full, *op.path[1:]), value=value, index=op.index))
+                ops.append(Op(op=op.op, path=(full, *op.path[1:]), value=value, index=op.index))
+            delta.decoded = (self, ops)
+            out += ops
         return out
 
     def _decrypt(self, full: str, value: Any) -> Any:

@@ -1,0 +1,87 @@
+"""The deltas this process landed lately on a database, by scope, kept as written: what its
+other writers of a busy session need to catch their trees up, without reading them back
+from storage.
+
+Sixteen writers of one session in one process each hold a tree of their own (a
+transaction's), and each finds it several commits behind at checkout: the others'
+commits. Read back, every delta was read, parsed and decoded once per writer, sixteen
+times; kept here, a checkout reads from storage only what this process did not land
+(other processes' commits), and the delta's ops are decoded once (`DeltaRecord.decoded`).
+A group commit's leader notes its writers' deltas as the group lands (`db._group`), before
+they wake: the next checkouts find them."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping
+
+from statewise.db.base import BaseDb
+from statewise.db.records import Commit, CommitResult, DeltaRecord, ScopeKey
+
+KEPT_PER_SCOPE = 64  # the newest deltas kept of each scope (a catch-up reads further ones)
+KEPT_SCOPES = 1024  # scopes kept, then all forgotten at once
+
+
+class LandedDeltas:
+    """Per scope, the newest deltas this process landed, by version."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._kept: dict[ScopeKey, dict[int, DeltaRecord]] = {}
+
+    def note(self, commit: Commit, result: CommitResult) -> None:
+        """`commit` landed with `result` (not an earlier landing of its id)."""
+        if not commit.writes:
+            return
+        with self._guard:
+            if len(self._kept) >= KEPT_SCOPES:
+                self._kept.clear()
+            for write in commit.writes:
+                version = result.versions.get(write.key)
+                if version is None:
+                    continue
+                kept = self._kept.setdefault(write.key, {})
+                if version in kept:
+                    continue  # (noted by its group's leader already)
+                kept[version] = DeltaRecord(
+                    key=write.key,
+                    version=version,
+                    session_id=commit.session.session_id,
+                    run_id=commit.run_id,
+                    step=commit.step,
+                    segments=list(write.segments),
+                    conflicts=list(write.conflicts),
+                    created_at=result.committed_at,
+                    stored_bytes=write.delta_bytes,
+                )
+                if len(kept) > 2 * KEPT_PER_SCOPE:
+                    for old in sorted(kept)[:-KEPT_PER_SCOPE]:
+                        del kept[old]
+
+    def after(self, bases: Mapping[ScopeKey, int]) -> dict[ScopeKey, list[DeltaRecord]]:
+        """For each scope, the deltas kept right after its base version, in order, up to
+        the first one not kept."""
+        out: dict[ScopeKey, list[DeltaRecord]] = {}
+        with self._guard:
+            for key, base in bases.items():
+                kept = self._kept.get(key)
+                found = []
+                while kept and (record := kept.get(base + 1 + len(found))) is not None:
+                    found.append(record)
+                if found:
+                    out[key] = found
+        return out
+
+
+_landed: weakref.WeakKeyDictionary[BaseDb, LandedDeltas] = weakref.WeakKeyDictionary()
+_landed_guard = threading.Lock()
+
+
+def landed_deltas(db: BaseDb) -> LandedDeltas:
+    """The deltas this process landed on `db` (every store on it shares them)."""
+    with _landed_guard:
+        landed = _landed.get(db)
+        if landed is None:
+            landed = _landed[db] = LandedDeltas()
+        return landed

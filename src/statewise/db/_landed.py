@@ -66,7 +66,7 @@ class LandedDeltas:
         with self._guard:
             for key, base in bases.items():
                 kept = self._kept.get(key)
-                found = []
+                found: list[DeltaRecord] = []
                 while kept and (record := kept.get(base + 1 + len(found))) is not None:
                     found.append(record)
                 if found:

@@ -564,7 +564,10 @@ class StoreCommits(StoreCheckout):
         if pending.undo is None:
             return False
         for key in moved:
-            if not is_contiguous(ws.versions.get(key, 0), versions[key], tails.get(key, ())):
+            # (no tail read: the tree is not behind the scope, it holds what did not land)
+            if key not in tails or not is_contiguous(
+                ws.versions.get(key, 0), versions[key], tails[key]
+            ):
                 return False
         theirs: dict[str, list[Op]] = {
             key.kind: self.codec.decode_ops(key, tails[key]) for key in moved

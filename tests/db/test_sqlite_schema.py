@@ -23,6 +23,12 @@ and once on s2 (user u1), and session s3 took commits "c-1", "c-2" (each with a 
 event), "c-3" (none) and "c-0" (an id not greater than the ones before) through a session
 transaction. `data/schema_v9.json` holds what that code read back, each commit's result,
 and the ids stored per session.
+
+`data/schema_v10.db` was written by statewise with schema version 10 (every commit stamps
+the session row): an agent ran 7 times on s1 and once on s2 (user u1), session s3 took
+commits "c-1", "c-2" (each with a `note` event) and "c-3" (none) through a session
+transaction, and the agent ran once more on s1. `data/schema_v10.json` holds what that
+code read back, each commit's result, and the ids stored per session.
 """
 
 from __future__ import annotations
@@ -347,3 +353,66 @@ def test_a_schema_9_database_migrates_and_reads_the_same(tmp_path: Path) -> None
         db.close()
     with SqliteDb(db_file=target) as reopened:  # opening it again migrates nothing
         assert [s.session_id for s in reopened.list_sessions(limit=1)] == ["s3"]
+
+
+def test_a_schema_10_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
+    """Schema 11 leaves the session row alone on a commit whose events carry the session's
+    last number and time; a schema-10 database (rows stamped by every commit) upgrades,
+    reads back what it did, answers every id it stored as landed, and numbers new events
+    on from where each session was."""
+    target = tmp_path / "v10.db"
+    shutil.copy(DATA / "schema_v10.db", target)
+    expected = json.loads((DATA / "schema_v10.json").read_text())
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 10
+    db = SqliteDb(db_file=target)
+    try:
+        with sqlite3.connect(target) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == LATEST
+        assert [s.to_dict() for s in db.list_sessions()] == expected["sessions"]
+        for stored in expected["sessions"]:
+            session = db.get_session(stored["session_id"])
+            assert session is not None and session.to_dict() == stored
+        agent = Agent(model=FunctionModel(model), tools=[add], db=db, user_id="u1")
+        for sid in ("s1", "s2", "s3"):
+            assert [e.to_dict() for e in db.read_events(sid)] == expected["events"][sid]
+            assert [r.to_dict() for r in db.read_runs(sid)] == expected["runs"][sid]
+            assert agent.get_session_state(sid) == expected["states"][sid]
+        assert agent.get_state_history("s1") == expected["history"]
+
+        store = StateStore(db)
+        spec = SessionSpec(session_id="s3", user_id="u1")
+        for commit_id, stored in expected["commits"].items():
+            with store.begin(spec) as txn:
+                txn.state["n"] = 99
+                again = txn.commit(events=[NewEvent(type="note")], commit_id=commit_id)
+            assert again.already_landed, commit_id
+            assert again.last_seq == stored["last_seq"]
+            assert {f"{k.kind}:{k.id}": v for k, v in again.versions.items()} == stored["versions"]
+        for sid in ("s1", "s2", "s3"):
+            agent.run("go", session_id=sid)
+            events = db.read_events(sid)
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            assert len(events) > len(expected["events"][sid])
+            session = db.get_session(sid)
+            assert session is not None
+            assert (session.last_seq, session.updated_at) == (events[-1].seq, events[-1].created_at)
+        assert [s.session_id for s in db.list_sessions()][:1] == ["s3"]
+    finally:
+        db.close()
+    with SqliteDb(db_file=target) as reopened:  # opening it again migrates nothing
+        assert [s.session_id for s in reopened.list_sessions(limit=1)] == ["s3"]
+
+
+def test_a_schema_11_database_is_refused_by_a_statewise_that_knows_schema_10(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statewise of schema 10 numbers a session's events from its row alone, which a
+    commit of schema 11 leaves behind: it would number two events alike, so it must
+    refuse the database instead."""
+    with SqliteDb(db_file=tmp_path / "new.db"):
+        pass
+    ten = sqlite_module._migrations("statewise_")[:10]
+    monkeypatch.setattr(sqlite_module, "_migrations", lambda p: ten)
+    with pytest.raises(SchemaVersionError, match=f"schema version {LATEST}"):
+        SqliteDb(db_file=tmp_path / "new.db")

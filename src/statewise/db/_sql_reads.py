@@ -27,12 +27,18 @@ RUN_COLUMNS = (
 
 @dataclass(frozen=True)
 class Dialect:
-    """How one backend spells what the shared statements need (the defaults: SQLite)."""
+    """How one backend spells what the shared statements need (the defaults: SQLite's,
+    but where a field says otherwise)."""
 
     prefix: str
     """Put before a table's name: SQLite's table prefix, or PostgreSQL's `"schema".`."""
     listed: Callable[[str], str]
     """SQL of the listing bucket of an SQL expression (see `statewise.db.listing`)."""
+    session_columns: str = SESSION_COLUMNS
+    """SQL of `SESSION_COLUMNS` of a row of the sessions table (SQLite's `last_seq` and
+    `updated_at` are the row's or its last event's: see `statewise.db.sqlite._schema`)."""
+    updated_at: str = "updated_at"
+    """SQL of a row of the sessions table's `updated_at`, likewise."""
     p: str = "?"
     """The parameter placeholder."""
     cursor_time: str = "?"
@@ -257,7 +263,7 @@ class SqlReads:
         cursor: str | None = None,
     ) -> list[SessionRecord]:
         d = self._dialect
-        sql = f"SELECT {SESSION_COLUMNS} FROM {d.prefix}sessions WHERE 1=1"
+        sql = f"SELECT {d.session_columns} FROM {d.prefix}sessions WHERE 1=1"
         params: list[Any] = []
         sql = and_given(d, sql, params, [("user_id =", user_id), ("app_name =", app_name)])
         if cursor is not None:
@@ -265,12 +271,13 @@ class SqlReads:
             updated_at, session_id = decode_cursor(cursor)
             bucket = d.listed(d.cursor_time)
             sql += (
-                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR updated_at < {d.p}"
-                f" OR (updated_at = {d.p} AND {d.session_order} > {d.p}))"
+                f" AND listed_at <= {bucket} AND (listed_at < {bucket} OR {d.updated_at} < {d.p}"
+                f" OR ({d.updated_at} = {d.p} AND {d.session_order} > {d.p}))"
             )
             params += [updated_at, updated_at, updated_at, updated_at, session_id]
         sql += (
-            f" ORDER BY listed_at DESC, updated_at DESC, {d.session_order} LIMIT {d.p} OFFSET {d.p}"
+            f" ORDER BY listed_at DESC, {d.updated_at} DESC, {d.session_order} "
+            f"LIMIT {d.p} OFFSET {d.p}"
         )
         params.extend([limit, offset])
         return readable_records(self._fetch_all(sql, params), session_from_row)

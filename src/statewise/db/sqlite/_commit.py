@@ -28,7 +28,7 @@ from statewise.db.records import (
     encode_commit_result,
 )
 from statewise.db.sqlite._reads import SqliteReads
-from statewise.db.sqlite._schema import KEY_SPAN, event_text
+from statewise.db.sqlite._schema import KEY_SPAN, event_text, listed, session_last_seq
 from statewise.exceptions import (
     DatabaseUnavailableError,
     StorageError,
@@ -109,6 +109,16 @@ def _insert_sql(
     return (
         f"INSERT INTO {table} ({columns}) VALUES ({marks})",
         f"INSERT INTO {table} ({columns}) SELECT {marks} WHERE ?",
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _session_sql(p: str) -> str:
+    """A session's key, the number of its last event, and whether a commit now (the
+    parameter after the id) leaves it in its listing bucket."""
+    return (
+        f"SELECT session_key, {session_last_seq(p, 's')}, listed_at = {listed('?')} "
+        f"FROM {p}sessions AS s WHERE session_id = ?"
     )
 
 
@@ -240,7 +250,7 @@ class SqliteCommits(SqliteReads):
         return decode_commit_result(commit, row[0], row[1]) if row is not None else None
 
     def _session_for(self, conn: sqlite3.Connection, commit: Commit, now: float) -> tuple[int, int]:
-        """Create or advance the commit's session row: the session's key, and its last
+        """Create the commit's session row, or find it: the session's key, and its last
         sequence number after this commit."""
         p = self.table_prefix
         session = commit.session
@@ -267,15 +277,20 @@ class SqliteCommits(SqliteReads):
                 if landed is not None:
                     raise _Landed(landed) from None
                 raise VersionConflict(f"session {session.session_id!r}", 0, None) from exc
-        else:
-            row = conn.execute(
-                f"UPDATE {p}sessions SET last_seq = last_seq + ?, updated_at = ? "
-                f"WHERE session_id = ? RETURNING session_key, last_seq",
-                (n_events, now, session.session_id),
-            ).fetchone()
-            if row is None:
-                raise VersionConflict(f"session {session.session_id!r}", 1, None)
-        return row[0], row[1]
+            return row[0], row[1]
+        found = conn.execute(_session_sql(p), (now, session.session_id)).fetchone()
+        if found is None:
+            raise VersionConflict(f"session {session.session_id!r}", 1, None)
+        session_key, last_seq, same_bucket = found
+        last_seq += n_events
+        # The events written below carry the session's number and time; the row is
+        # written only when they cannot (no events) or its listing bucket moves.
+        if not n_events or not same_bucket:
+            conn.execute(
+                f"UPDATE {p}sessions SET last_seq = ?, updated_at = ? WHERE session_key = ?",
+                (last_seq, now, session_key),
+            )
+        return session_key, last_seq
 
     def _commit_in(self, conn: sqlite3.Connection, commit: Commit) -> tuple[CommitResult, int]:
         """Apply `commit`; its result, and the length of the large texts it wrote."""

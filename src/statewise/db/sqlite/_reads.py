@@ -22,6 +22,7 @@ from statewise.db.sqlite._schema import (
     KEY_SPAN,
     SqliteBase,
     row_key,
+    session_columns,
 )
 from statewise.exceptions import (
     CorruptRecordError,
@@ -36,8 +37,7 @@ def _probe_sql(p: str, scopes: int) -> str:
         f", (SELECT version FROM {p}scopes WHERE kind = ? AND scope_id = ?)" for _ in range(scopes)
     )
     return (
-        f"SELECT s.session_id, s.user_id, s.app_name, s.kind, s.created_at, s.updated_at, "
-        f"s.last_seq, s.metadata{versions} FROM (SELECT ? AS id) AS wanted "
+        f"SELECT {session_columns(p, 's')}{versions} FROM (SELECT ? AS id) AS wanted "
         f"LEFT JOIN {p}sessions AS s ON s.session_id = wanted.id"
     )
 

@@ -9,7 +9,14 @@ from typing import Any
 from statewise.db import _codec
 from statewise.db._sql_retention import fold, forget, live_runs, read_horizon
 from statewise.db.retention import Compaction, CompactionPlan, Horizon
-from statewise.db.sqlite._schema import DELTA_REFERENCE, KEY_SPAN, dialect, row_key
+from statewise.db.sqlite._schema import (
+    DELTA_REFERENCE,
+    KEY_SPAN,
+    dialect,
+    row_key,
+    session_last_seq,
+    session_updated_at,
+)
 
 
 def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> Compaction | None:
@@ -28,6 +35,12 @@ def write_compaction(conn: sqlite3.Connection, p: str, plan: CompactionPlan) -> 
     if plan.snapshot is not None:
         _inline_kept_references(conn, p, sid, session_key, new, live_runs(d))
         fold(conn, d, sid, new.version, plan.snapshot, out, handle="scope_key", deltas=_deltas)
+    # The row keeps the session's last number and time, which its events may take along.
+    conn.execute(
+        f"UPDATE {p}sessions AS s SET last_seq = {session_last_seq(p, 's')}, "
+        f"updated_at = {session_updated_at(p, 's')} WHERE session_key = ?",
+        (session_key,),
+    )
     forget(conn, d, plan, out, "session_key =", session_key)
     return out
 

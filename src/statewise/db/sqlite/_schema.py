@@ -336,6 +336,14 @@ def _migrations(p: str) -> list[str]:
         ALTER TABLE {p}scopes_keyed RENAME TO {p}scopes;
         """
         + _session_listing(p),
+        # 11: a commit that writes events leaves the session row as it is, unless it moves
+        # the session into a new listing bucket: the row's `last_seq` and `updated_at` are
+        # floors, and a session's are the greater of those and its last event's number and
+        # time (see `session_columns`), which the commit writes anyway. The row was one
+        # page of every commit's WAL write. Nothing to change in existing rows (they are
+        # exact), but a statewise that numbers events from the row alone must refuse the
+        # database.
+        "",
     ]
 
 
@@ -423,10 +431,45 @@ def _to_rowid_table(p: str, table: str, columns: str, key: str) -> str:
         """
 
 
+def _last_event(p: str, session: str, column: str) -> str:
+    """SQL of `column` of the last event of the session row named `session` (NULL when it
+    has none): one seek of the events' key index."""
+    return (
+        f"(SELECT e.{column} FROM {p}events AS e WHERE e.session_key = {session}.session_key "
+        f"ORDER BY e.seq DESC LIMIT 1)"
+    )
+
+
+def session_updated_at(p: str, session: str) -> str:
+    """SQL of the time the session row named `session` was last committed to: the greater
+    of the row's own (written when a commit has no events or starts a new listing bucket)
+    and its last event's (see migration 11)."""
+    return f"max({session}.updated_at, coalesce({_last_event(p, session, 'created_at')}, 0))"
+
+
+def session_last_seq(p: str, session: str) -> str:
+    """SQL of the number of the last event of the session row named `session`, likewise."""
+    return f"max({session}.last_seq, coalesce({_last_event(p, session, 'seq')}, 0))"
+
+
+def session_columns(p: str, session: str) -> str:
+    """SQL of `SESSION_COLUMNS` of the session row named `session`."""
+    return (
+        f"{session}.session_id, {session}.user_id, {session}.app_name, {session}.kind, "
+        f"{session}.created_at, {session_updated_at(p, session)}, "
+        f"{session_last_seq(p, session)}, {session}.metadata"
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def dialect(p: str) -> Dialect:
     """How the statements SQLite shares with PostgreSQL are spelt with table prefix `p`."""
-    return Dialect(prefix=p, listed=listed)
+    return Dialect(
+        prefix=p,
+        listed=listed,
+        session_columns=session_columns(p, f"{p}sessions"),
+        updated_at=session_updated_at(p, f"{p}sessions"),
+    )
 
 
 class SqliteBase(BaseDb):

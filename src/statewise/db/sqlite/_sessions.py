@@ -27,7 +27,7 @@ from statewise.db.retention import (
 )
 from statewise.db.sqlite import _retention
 from statewise.db.sqlite._leases import SqliteLeases
-from statewise.db.sqlite._schema import KEY_SPAN, listed, row_key
+from statewise.db.sqlite._schema import KEY_SPAN, listed, row_key, session_updated_at
 from statewise.exceptions import (
     StorageError,
 )
@@ -86,9 +86,10 @@ class SqliteSessions(SqliteLeases):
     ) -> int:
         cutoff = to_timestamp_cutoff(older_than, time.time())
         # The listing index finds the old buckets; the sessions updated since are not read.
+        p = self.table_prefix
         sql = (
-            f"SELECT session_id FROM {self.table_prefix}sessions "
-            f"WHERE listed_at <= {listed('?')} AND updated_at < ?"
+            f"SELECT session_id FROM {p}sessions AS s "
+            f"WHERE listed_at <= {listed('?')} AND {session_updated_at(p, 's')} < ?"
         )
         params: list[Any] = [cutoff, cutoff]
         if user_id is not None:
@@ -106,11 +107,12 @@ class SqliteSessions(SqliteLeases):
         """Delete the sessions of `ids` that are still not updated since the cutoff: the
         ids were read before this transaction, and a session committed to meanwhile stays."""
         marks = ",".join("?" * len(ids))
+        p = self.table_prefix
         still = [
             row[0]
             for row in conn.execute(
-                f"SELECT session_id FROM {self.table_prefix}sessions "
-                f"WHERE session_id IN ({marks}) AND updated_at < ?",
+                f"SELECT session_id FROM {p}sessions AS s "
+                f"WHERE session_id IN ({marks}) AND {session_updated_at(p, 's')} < ?",
                 [*ids, cutoff],
             ).fetchall()
         ]

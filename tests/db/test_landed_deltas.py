@@ -145,3 +145,58 @@ def test_a_delta_is_decoded_once_per_codec(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls[0] == 1
     assert other.decode_ops(key, [delta]) == first
     assert calls[0] == 2
+
+
+def test_a_session_another_process_writes_is_caught_up_in_one_read(tmp_path: Path) -> None:
+    """A cached tree behind by one delta of ours and one of another process's: the first
+    catch-up probes plainly and reads the other's delta after it; from then on the
+    session counts as shared, and its catch-ups read what moved with the probe
+    (`probe_tails`), until one finds nothing but ours."""
+    path = str(tmp_path / "shared.db")
+    here = StateStore(SqliteDb(db_file=path))
+    there = StateStore(SqliteDb(db_file=path))
+    _seed(here)
+    calls: list[str] = []
+    db = here.db
+    probe, probe_tails = db.probe, db.probe_tails
+
+    def counted_probe(*args: Any, **kwargs: Any) -> Any:
+        calls.append("probe")
+        return probe(*args, **kwargs)
+
+    def counted_probe_tails(*args: Any, **kwargs: Any) -> Any:
+        calls.append("probe_tails")
+        return probe_tails(*args, **kwargs)
+
+    db.probe, db.probe_tails = counted_probe, counted_probe_tails  # type: ignore[method-assign]
+
+    def append(store: StateStore, item: str) -> None:
+        txn = store.begin(SPEC)
+        try:
+            txn.state["by"] = [*txn.state.get("by", []), item]
+            txn.commit(source=item)
+        finally:
+            txn.close()
+
+    expected: list[str] = []
+    for round_ in range(3):
+        behind = here.cache.take(SPEC.session_id)  # (a tree a writer holds meanwhile)
+        assert behind is not None
+        append(here, f"here{round_}")
+        if round_ < 2:
+            append(there, f"there{round_}")
+        here.cache.take(SPEC.session_id)
+        here.cache.give(behind)
+        expected += [f"here{round_}"] + ([f"there{round_}"] if round_ < 2 else [])
+        calls.clear()
+        txn = here.begin(SPEC)
+        try:
+            assert txn.state["by"] == expected
+        finally:
+            txn.close()
+        # (the checkout's own probe first: the session has no lost race to make it probe
+        # and catch up in one)
+        # (SQLite's probe_tails probes through `probe`, then reads the deltas)
+        catch_up = [["probe"], ["probe_tails", "probe"], ["probe_tails", "probe"]][round_]
+        assert calls == ["probe", *catch_up], round_
+    assert not here._landed.shared(SPEC.session_id)  # (the last catch-up found only ours)

@@ -29,6 +29,21 @@ class LandedDeltas:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._kept: dict[ScopeKey, dict[int, DeltaRecord]] = {}
+        self._shared: set[str] = set()  # sessions another process was seen writing lately
+
+    def shared(self, session_id: str) -> bool:
+        """Whether another process landed on the session lately (its catch-ups then read
+        what moved with the probe, in one round trip, rather than after it)."""
+        return session_id in self._shared
+
+    def mark_shared(self, session_id: str, shared: bool) -> None:
+        with self._guard:
+            if not shared:
+                self._shared.discard(session_id)
+                return
+            if len(self._shared) >= KEPT_SCOPES:
+                self._shared.clear()
+            self._shared.add(session_id)
 
     def note(self, commit: Commit, result: CommitResult) -> None:
         """`commit` landed with `result` (not an earlier landing of its id)."""

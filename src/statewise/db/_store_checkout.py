@@ -277,19 +277,30 @@ class StoreCheckout:
         known = self._landed.after(bases)
         if not known:
             return self.db.probe_tails(session_id, bases, limit=limit)
-        # What this process landed is likely all there is: a plain probe tells, and only
-        # a scope another process moved since is read (one round trip more).
         reads_from = {key: base + len(known.get(key, ())) for key, base in bases.items()}
-        record, versions = self.db.probe(session_id, list(bases))
-        read = {
-            key: self.db.read_deltas(
-                key,
-                after_version=after,
-                upto_version=versions[key] if limit is None else min(versions[key], after + limit),
-            )
-            for key, after in reads_from.items()
-            if versions[key] > after
-        }
+        read: Mapping[ScopeKey, list[DeltaRecord]]
+        if self._landed.shared(session_id):
+            # Other processes write it too: what they landed comes with the probe.
+            record, versions, read = self.db.probe_tails(session_id, reads_from, limit=limit)
+            if not any(read.values()):
+                self._landed.mark_shared(session_id, False)
+        else:
+            # What this process landed is likely all there is: a plain probe (a cheaper
+            # statement) tells, and what another process landed since is read after it.
+            record, versions = self.db.probe(session_id, list(bases))
+            read = {
+                key: self.db.read_deltas(
+                    key,
+                    after_version=after,
+                    upto_version=versions[key]
+                    if limit is None
+                    else min(versions[key], after + limit),
+                )
+                for key, after in reads_from.items()
+                if versions[key] > after
+            }
+            if read:
+                self._landed.mark_shared(session_id, True)
         tails: dict[ScopeKey, list[DeltaRecord]] = {}
         for key, base in bases.items():
             version = versions[key]

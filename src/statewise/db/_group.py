@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from statewise.db._landed import landed_deltas
+from statewise.db._landed import LandedDeltas
 from statewise.db.base import BaseDb, ProbedTails
 from statewise.db.records import Commit, CommitResult, ScopeKey
 
@@ -58,6 +58,7 @@ class SessionTurns:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._queues: dict[str, _Queue] = {}  # (a session's goes when nobody leads it)
+        self.landed = LandedDeltas()  # (what this process's writers landed, by scope)
 
     def busy(self, session_id: str) -> bool:
         """Whether a writer of this process is landing the session's commits, or waits to."""
@@ -120,8 +121,7 @@ class SessionTurns:
                 if other.done:
                     other.wake.set()
 
-    @staticmethod
-    def _land(db: BaseDb, session_id: str, group: list[_Entry]) -> None:
+    def _land(self, db: BaseDb, session_id: str, group: list[_Entry]) -> None:
         try:
             if len(group) == 1:
                 (only,) = group
@@ -134,7 +134,7 @@ class SessionTurns:
                 )
         except Exception as exc:
             outcomes = [exc] * len(group)
-        landed = landed_deltas(db)
+        landed = self.landed
         for entry, outcome in zip(group, outcomes, strict=True):
             built = entry.built
             if isinstance(outcome, CommitResult) and built and not outcome.already_landed:

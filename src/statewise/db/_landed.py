@@ -7,16 +7,14 @@ transaction's), and each finds it several commits behind at checkout: the others
 commits. Read back, every delta was read, parsed and decoded once per writer, sixteen
 times; kept here, a checkout reads from storage only what this process did not land
 (other processes' commits), and the delta's ops are decoded once (`DeltaRecord.decoded`).
-A group commit's leader notes its writers' deltas as the group lands (`db._group`), before
-they wake: the next checkouts find them."""
+A group commit's leader notes its writers' deltas as the group lands (`db._group`, whose
+per-database turns hold these), before they wake: the next checkouts find them."""
 
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Mapping
 
-from statewise.db.base import BaseDb
 from statewise.db.records import Commit, CommitResult, DeltaRecord, ScopeKey
 
 KEPT_PER_SCOPE = 64  # the newest deltas kept of each scope (a catch-up reads further ones)
@@ -87,16 +85,3 @@ class LandedDeltas:
                 if found:
                     out[key] = found
         return out
-
-
-_landed: weakref.WeakKeyDictionary[BaseDb, LandedDeltas] = weakref.WeakKeyDictionary()
-_landed_guard = threading.Lock()
-
-
-def landed_deltas(db: BaseDb) -> LandedDeltas:
-    """The deltas this process landed on `db` (every store on it shares them)."""
-    with _landed_guard:
-        landed = _landed.get(db)
-        if landed is None:
-            landed = _landed[db] = LandedDeltas()
-        return landed

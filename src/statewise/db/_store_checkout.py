@@ -13,7 +13,6 @@ from typing import Any
 
 from statewise.db import _codec
 from statewise.db._group import session_turns
-from statewise.db._landed import landed_deltas
 from statewise.db.base import BaseDb, ProbedTails, validate_id
 from statewise.db.cache import cache_for
 from statewise.db.planning import (
@@ -84,7 +83,7 @@ class StoreCheckout:
         # queues rebased commits, their commits queue at once (`_queues_at_once`).
         self._contended: set[str] = set()
         self._turns = session_turns(db)  # (group commit)
-        self._landed = landed_deltas(db)  # (what this process wrote: catch-ups need not read it)
+        self._landed = self._turns.landed  # (what this process wrote: catch-ups need not read it)
 
     @property
     def secret_keys(self) -> frozenset[str]:

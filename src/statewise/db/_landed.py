@@ -19,6 +19,8 @@ from statewise.db.records import Commit, CommitResult, DeltaRecord, ScopeKey
 
 KEPT_PER_SCOPE = 64  # the newest deltas kept of each scope (a catch-up reads further ones)
 KEPT_SCOPES = 1024  # scopes kept, then all forgotten at once
+KEPT_BYTES = 16 << 20  # their stored size at most, then all forgotten at once
+KEPT_DELTA_BYTES = 64 << 10  # a larger delta is not kept (a catch-up reads it)
 
 
 class LandedDeltas:
@@ -27,6 +29,7 @@ class LandedDeltas:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._kept: dict[ScopeKey, dict[int, DeltaRecord]] = {}
+        self._bytes = 0  # the stored size of the deltas kept
         self._shared: set[str] = set()  # sessions another process was seen writing lately
 
     def shared(self, session_id: str) -> bool:
@@ -48,15 +51,17 @@ class LandedDeltas:
         if not commit.writes:
             return
         with self._guard:
-            if len(self._kept) >= KEPT_SCOPES:
+            if len(self._kept) >= KEPT_SCOPES or self._bytes >= KEPT_BYTES:
                 self._kept.clear()
+                self._bytes = 0
             for write in commit.writes:
                 version = result.versions.get(write.key)
-                if version is None:
+                if version is None or write.delta_bytes > KEPT_DELTA_BYTES:
                     continue
                 kept = self._kept.setdefault(write.key, {})
                 if version in kept:
                     continue  # (noted by its group's leader already)
+                self._bytes += write.delta_bytes
                 kept[version] = DeltaRecord(
                     key=write.key,
                     version=version,
@@ -70,7 +75,7 @@ class LandedDeltas:
                 )
                 if len(kept) > 2 * KEPT_PER_SCOPE:
                     for old in sorted(kept)[:-KEPT_PER_SCOPE]:
-                        del kept[old]
+                        self._bytes -= kept.pop(old).stored_bytes or 0
 
     def after(self, bases: Mapping[ScopeKey, int]) -> dict[ScopeKey, list[DeltaRecord]]:
         """For each scope, the deltas kept right after its base version, in order, up to

@@ -272,7 +272,8 @@ class StoreCommits(StoreCheckout):
             ws.record = record or ws.record
             self._reload(ws, ws.spec.scope_keys())
         else:
-            self._landed.note(commit, result)
+            if ws.spec.session_id in self._contended:
+                self._landed.note(commit, result)  # (its other writers catch up from it)
             for write in writes:
                 ws.versions[write.key] = result.versions[write.key]
                 size = ws.sizes.setdefault(write.key, ScopeSizes())

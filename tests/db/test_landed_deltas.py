@@ -228,3 +228,39 @@ def test_a_large_delta_is_read_back_not_kept(tmp_path: Path) -> None:
         finally:
             txn.close()
         assert counting.rows == (0 if name == "small" else 1), name
+
+
+def test_a_session_deleted_and_made_anew_is_not_caught_up_with_its_old_deltas(
+    tmp_path: Path,
+) -> None:
+    """Versions start from 1 again when a deleted session's id is used anew: what this
+    process kept of the old one must not stand in for the new one's deltas (here landed
+    by another process, which this one would not read back if it trusted them)."""
+    path = str(tmp_path / "anew.db")
+    here = StateStore(SqliteDb(db_file=path))
+    there = StateStore(SqliteDb(db_file=path))
+    here._contended.add(SPEC.session_id)
+
+    def append(store: StateStore, item: str) -> None:
+        txn = store.begin(SPEC)
+        try:
+            txn.state["by"] = [*txn.state.get("by", []), item]
+            txn.commit(source=item)
+        finally:
+            txn.close()
+
+    for i in range(4):
+        append(here, f"old{i}")  # (versions 1-4, kept)
+    assert here.delete_session(SPEC.session_id)
+    here._contended.add(SPEC.session_id)
+    append(here, "new0")  # (version 1 of the new session)
+    behind = here.cache.take(SPEC.session_id)
+    assert behind is not None
+    append(there, "new1")
+    append(there, "new2")
+    here.cache.give(behind)
+    txn = here.begin(SPEC)
+    try:
+        assert txn.state["by"] == ["new0", "new1", "new2"]
+    finally:
+        txn.close()

@@ -59,8 +59,11 @@ class LandedDeltas:
                 if version is None or write.delta_bytes > KEPT_DELTA_BYTES:
                     continue
                 kept = self._kept.setdefault(write.key, {})
-                if version in kept:
-                    continue  # (noted by its group's leader already)
+                earlier = kept.get(version)
+                if earlier is not None:
+                    if earlier.created_at == result.committed_at:
+                        continue  # (noted by its group's leader already)
+                    self._bytes -= earlier.stored_bytes or 0  # (the session made anew)
                 self._bytes += write.delta_bytes
                 kept[version] = DeltaRecord(
                     key=write.key,
@@ -76,6 +79,13 @@ class LandedDeltas:
                 if len(kept) > 2 * KEPT_PER_SCOPE:
                     for old in sorted(kept)[:-KEPT_PER_SCOPE]:
                         self._bytes -= kept.pop(old).stored_bytes or 0
+
+    def forget_session(self, session_id: str) -> None:
+        """The session was deleted: a session made anew with its id numbers from 1 again."""
+        with self._guard:
+            kept = self._kept.pop(ScopeKey("session", session_id), None)
+            self._bytes -= sum(d.stored_bytes or 0 for d in (kept or {}).values())
+            self._shared.discard(session_id)
 
     def after(self, bases: Mapping[ScopeKey, int]) -> dict[ScopeKey, list[DeltaRecord]]:
         """For each scope, the deltas kept right after its base version, in order, up to

@@ -300,6 +300,11 @@ class StoreCheckout:
             }
             if read:
                 self._landed.mark_shared(session_id, True)
+        if record is not None and any(
+            d.created_at < record.created_at for kept in known.values() for d in kept
+        ):
+            # Kept from before the session was made anew (deleted elsewhere): not its own.
+            return self.db.probe_tails(session_id, bases, limit=limit)
         tails: dict[ScopeKey, list[DeltaRecord]] = {}
         for key, base in bases.items():
             version = versions[key]

@@ -168,6 +168,7 @@ class StateStore(StoreCommits):
         """Delete a session for good: a run still writing it fails its next commit."""
         found = self.db.delete_session(session_id)
         self.cache.drop(session_id)
+        self._landed.forget_session(session_id)
         return found
 
 

@@ -501,6 +501,17 @@ def fleet_section(quick: bool, work: Path, rows: list[Row], notes: list[str]) ->
             f"{queued[1][0] / in_rate:.2f}x",
         )
     )
+    # What a queued run adds to a bare workflow, next to what the same run costs in-process:
+    # the part of the fleet's cost that is the run itself.
+    (_, qx, qc), (_, bx, bc) = queued[1], bare[1]
+    rows.append(
+        (
+            "fleet 1 worker less bare DBOS: xacts, CPU ms",
+            f"{qx - bx:.1f}, {qc - bc:.2f}",
+            f"in-process: {in_xacts:.1f}, {in_cpu:.2f}",
+            "",
+        )
+    )
     notes.append(
         f"fleet: {runs} one-tool runs per cell, each on its own session; bare DBOS workflow of "
         f"{steps} trivial steps (as many DBOS steps as a queued run records); queue polling 0.05 s"

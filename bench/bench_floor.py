@@ -15,8 +15,10 @@ table of ratios, every side measured in the same invocation.
   processes, next to a bare DBOS workflow with the same number of DBOS steps (trivial
   ones) on 1 and 2 worker processes of the same DBOS, and next to in-process runs. runs/s,
   PostgreSQL transactions per run (`pg_stat_database.xact_commit` of the bench database,
-  less what the idle queue pollers and the bench's own polling commit), and the worker
-  processes' CPU per run (less their idle polling).
+  read once every backend has reported its counts, less what the idle queue pollers and
+  the bench's own polling commit), and the worker processes' CPU per run (less their idle
+  polling). Each worker takes a few runs before it is measured, as the in-process agent
+  does.
 * pages: a one-tool agent run persisted to SQLite (WAL, synchronous=FULL): pages written to
   the WAL per run and ms per run, against the floor: the same number of bare
   `BEGIN IMMEDIATE; INSERT; UPDATE; COMMIT` on the same pragmas, timed in a process of its
@@ -57,6 +59,7 @@ BARE_QUEUE = "bare"
 BARE_WORKFLOW = "bench.bare"
 BARE_STEPS_ENV = "STATEWISE_BENCH_BARE_STEPS"
 SECTIONS = ("hot", "fleet", "pages")
+WARM_RUNS = 4  # per worker, before a queued cell is measured
 
 Row = tuple[str, str, str, str]  # what, statewise, reference, ratio
 
@@ -235,32 +238,58 @@ def _cpu(pids: list[int]) -> float:
     return total
 
 
+STATS_DELAY = 10.5
+"""Seconds until every backend's counts are in `pg_stat_database`: a backend that goes
+idle less than a second after it last reported keeps its counts for up to 10 s
+(PostgreSQL's PGSTAT_IDLE_INTERVAL) unless it exits."""
+
+
+def _backends(url: str) -> int:
+    """Connections to the bench database (asked from another database, so the question
+    is not counted as one of its transactions)."""
+    rows = _admin(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", url.rpartition("/")[2]
+    )
+    return int(rows[0][0])
+
+
 class Meter:
     """Transactions and worker CPU over a measured stretch, less the idle rate (queue
-    pollers) measured just before it, and less the bench's own polling queries."""
+    pollers) measured just before it, and less the bench's own polling queries.
+
+    The counts are read only when nothing can still be holding some back: after
+    `STATS_DELAY` at the start, and at the end once the workers and the bench's own
+    connections to the database are gone (a backend reports everything as it exits).
+    """
 
     def __init__(self, url: str, pids: list[int]) -> None:
         self.url, self.pids = url, pids
         self.own = 0  # transactions the bench itself committed while measuring
 
-    def idle(self, seconds: float = 2.0) -> None:
-        time.sleep(1.1)  # let earlier counts reach the statistics
+    def idle(self, seconds: float = 4.0) -> None:
+        time.sleep(STATS_DELAY)  # (the workers' start and warm-up reach the statistics)
         x0, c0, t0 = _xacts(self.url), _cpu(self.pids), time.perf_counter()
         time.sleep(seconds)
         x1, c1, t1 = _xacts(self.url), _cpu(self.pids), time.perf_counter()
-        self.idle_xacts = max(0.0, (x1 - x0 - 1) / (t1 - t0))  # (less our own read)
+        self.idle_xacts = (x1 - x0) / (t1 - t0)
         self.idle_cpu = (c1 - c0) / (t1 - t0)
         self.x0, self.c0, self.t0 = x1, c1, t1
 
+    def cpu_done(self) -> None:
+        """The measured stretch ends: the workers' CPU (read before they stop)."""
+        self.c1, self.t1 = _cpu(self.pids), time.perf_counter()
+
     def done(self) -> tuple[float, float]:
-        """(transactions, CPU seconds) since `idle`, less idle rates."""
-        c1 = _cpu(self.pids)
-        t1 = time.perf_counter()
-        time.sleep(1.1)
+        """(transactions, CPU seconds) since `idle`, less idle rates. Call it once the
+        workers stopped (their pollers ran until then) and the bench closed its
+        connections to the database."""
+        stopped = time.perf_counter()
+        deadline = time.monotonic() + 30
+        while _backends(self.url) and time.monotonic() < deadline:
+            time.sleep(0.05)
         x1 = _xacts(self.url)
-        spent = time.perf_counter() - self.t0
-        xacts = x1 - self.x0 - self.own - self.idle_xacts * spent
-        cpu = c1 - self.c0 - self.idle_cpu * (t1 - self.t0)
+        xacts = x1 - self.x0 - self.own - self.idle_xacts * (stopped - self.t0)
+        cpu = self.c1 - self.c0 - self.idle_cpu * (self.t1 - self.t0)
         return xacts, cpu
 
 
@@ -361,38 +390,49 @@ def _queued_cell(
         for name in names
     }
     agent = build_agent(url)
+    stopped = False
     try:
         wait_ready(procs, logs)
         meter = Meter(url, [p.pid for p in procs.values()])
         with Fleet(url) as fleet:
             client = DBOSClient(system_database_url=url, serializer=DBOSPortableJSONSerializer())
-            meter.idle()
-            start = time.time()
-            ids = []
-            for i in range(runs):
+
+            def enqueue(tag: str) -> str:
                 if bare_steps is None:
                     handle = fleet.enqueue(
-                        agent, f"item{i}", session_id=f"{kind}{workers}-{i}", queue="bench"
+                        agent, tag, session_id=f"{kind}{workers}-{tag}", queue="bench"
                     )
-                    ids.append(handle.run_id)
-                else:
-                    run_id = f"bare-{workers}-{i}-{secrets.token_hex(4)}"
-                    options = EnqueueOptions(
-                        workflow_name=BARE_WORKFLOW,
-                        queue_name=BARE_QUEUE,
-                        workflow_id=run_id,
-                        app_version=fleet.app_version,
-                        serialization_type=Format.PORTABLE,
-                    )
-                    client.enqueue(options, {"input": f"item{i}"})
-                    ids.append(run_id)
+                    return handle.run_id
+                run_id = f"bare-{workers}-{tag}-{secrets.token_hex(4)}"
+                options = EnqueueOptions(
+                    workflow_name=BARE_WORKFLOW,
+                    queue_name=BARE_QUEUE,
+                    workflow_id=run_id,
+                    app_version=fleet.app_version,
+                    serialization_type=Format.PORTABLE,
+                )
+                client.enqueue(options, {"input": tag})
+                return run_id
+
+            # Each worker's first runs pay what a process pays once (connections, imports,
+            # threads): warmed up as the in-process cell is, both kinds alike.
+            warm = [enqueue(f"warm{i}") for i in range(WARM_RUNS * workers)]
+            _wait_finished(url, warm, Meter(url, []))
+            meter.idle()
+            start = time.time()
+            ids = [enqueue(f"item{i}") for i in range(runs)]
             finished = _wait_finished(url, ids, meter)
-            xacts, cpu = meter.done()
+            meter.cpu_done()
             client.destroy()
+        stop_workers(procs)
+        stopped = True
+        agent.db.close()
+        xacts, cpu = meter.done()
         return runs / (finished - start), xacts / runs, cpu / runs * 1000, ids
     finally:
-        stop_workers(procs)
-        agent.db.close()
+        if not stopped:
+            stop_workers(procs)
+            agent.db.close()
 
 
 def _in_process_cell(url: str, runs: int) -> tuple[float, float, float]:
@@ -459,6 +499,17 @@ def fleet_section(quick: bool, work: Path, rows: list[Row], notes: list[str]) ->
             f"{in_rate:.1f}, {in_xacts:.1f}, {in_cpu:.2f}",
             f"queued 1 worker: {queued[1][0]:.1f}",
             f"{queued[1][0] / in_rate:.2f}x",
+        )
+    )
+    # What a queued run adds to a bare workflow, next to what the same run costs in-process:
+    # the part of the fleet's cost that is the run itself.
+    (_, qx, qc), (_, bx, bc) = queued[1], bare[1]
+    rows.append(
+        (
+            "fleet 1 worker less bare DBOS: xacts, CPU ms",
+            f"{qx - bx:.1f}, {qc - bc:.2f}",
+            f"in-process: {in_xacts:.1f}, {in_cpu:.2f}",
+            "",
         )
     )
     notes.append(

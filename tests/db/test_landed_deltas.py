@@ -49,6 +49,15 @@ def _seed(store: StateStore) -> None:
         txn.close()
 
 
+def _append(store: StateStore, item: str) -> None:
+    txn = store.begin(SPEC)
+    try:
+        txn.state["by"] = [*txn.state.get("by", []), item]
+        txn.commit(source=item)
+    finally:
+        txn.close()
+
+
 def _hot_writers(store: StateStore) -> None:
     errors: list[BaseException] = []
     start = threading.Barrier(WRITERS)
@@ -103,12 +112,7 @@ def test_what_another_process_landed_is_read_from_storage(tmp_path: Path) -> Non
     there = StateStore(SqliteDb(db_file=path))
     _seed(here)
     for i in range(3):
-        txn = there.begin(SPEC)
-        try:
-            txn.state["by"] = [*txn.state.get("by", []), f"there{i}"]
-            txn.commit(source="there")
-        finally:
-            txn.close()
+        _append(there, f"there{i}")
     counting = _CountingReads(here.db)  # type: ignore[arg-type]
     txn = here.begin(SPEC)
     try:
@@ -171,21 +175,13 @@ def test_a_session_another_process_writes_is_caught_up_in_one_read(tmp_path: Pat
 
     db.probe, db.probe_tails = counted_probe, counted_probe_tails  # type: ignore[method-assign]
 
-    def append(store: StateStore, item: str) -> None:
-        txn = store.begin(SPEC)
-        try:
-            txn.state["by"] = [*txn.state.get("by", []), item]
-            txn.commit(source=item)
-        finally:
-            txn.close()
-
     expected: list[str] = []
     for round_ in range(3):
         behind = here.cache.take(SPEC.session_id)  # (a tree a writer holds meanwhile)
         assert behind is not None
-        append(here, f"here{round_}")
+        _append(here, f"here{round_}")
         if round_ < 2:
-            append(there, f"there{round_}")
+            _append(there, f"there{round_}")
         here.cache.take(SPEC.session_id)
         here.cache.give(behind)
         expected += [f"here{round_}"] + ([f"there{round_}"] if round_ < 2 else [])
@@ -241,23 +237,15 @@ def test_a_session_deleted_and_made_anew_is_not_caught_up_with_its_old_deltas(
     there = StateStore(SqliteDb(db_file=path))
     here._contended.add(SPEC.session_id)
 
-    def append(store: StateStore, item: str) -> None:
-        txn = store.begin(SPEC)
-        try:
-            txn.state["by"] = [*txn.state.get("by", []), item]
-            txn.commit(source=item)
-        finally:
-            txn.close()
-
     for i in range(4):
-        append(here, f"old{i}")  # (versions 1-4, kept)
+        _append(here, f"old{i}")  # (versions 1-4, kept)
     assert here.delete_session(SPEC.session_id)
     here._contended.add(SPEC.session_id)
-    append(here, "new0")  # (version 1 of the new session)
+    _append(here, "new0")  # (version 1 of the new session)
     behind = here.cache.take(SPEC.session_id)
     assert behind is not None
-    append(there, "new1")
-    append(there, "new2")
+    _append(there, "new1")
+    _append(there, "new2")
     here.cache.give(behind)
     txn = here.begin(SPEC)
     try:

@@ -150,12 +150,17 @@ def session_indexes(db_file: Path, prefix: str = "statewise_") -> dict[str, list
         }
 
 
-def test_a_schema_4_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
-    target = tmp_path / "v4.db"
-    shutil.copy(DATA / "schema_v4.db", target)
-    expected = json.loads((DATA / "schema_v4.json").read_text())
+def fixture_at(tmp_path: Path, version: int) -> tuple[Path, dict[str, Any]]:
+    """A copy of the database written by schema `version`'s code, and what it read back."""
+    target = tmp_path / f"v{version}.db"
+    shutil.copy(DATA / f"schema_v{version}.db", target)
     with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == version
+    return target, json.loads((DATA / f"schema_v{version}.json").read_text())
+
+
+def test_a_schema_4_database_migrates_and_reads_the_same(tmp_path: Path) -> None:
+    target, expected = fixture_at(tmp_path, 4)
     assert ["updated_at"] in session_indexes(target).values()
 
     db = SqliteDb(db_file=target)
@@ -227,11 +232,7 @@ def test_a_schema_6_database_migrates_and_reads_the_same(tmp_path: Path) -> None
     session row; a schema-6 database upgrades, reads back what it did, and every commit
     id stored before (in the `commits` table) is still recognised, before and after new
     commits land."""
-    target = tmp_path / "v6.db"
-    shutil.copy(DATA / "schema_v6.db", target)
-    expected = json.loads((DATA / "schema_v6.json").read_text())
-    with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+    target, expected = fixture_at(tmp_path, 6)
     db = SqliteDb(db_file=target)
     try:
         with sqlite3.connect(target) as conn:
@@ -293,11 +294,7 @@ def test_a_schema_9_database_migrates_and_reads_the_same(tmp_path: Path) -> None
     session's key and its sequence number; a schema-9 database (ids in event rows) upgrades,
     reads back what it did, answers every id it stored as landed, and numbers new events on
     from where each session was."""
-    target = tmp_path / "v9.db"
-    shutil.copy(DATA / "schema_v9.db", target)
-    expected = json.loads((DATA / "schema_v9.json").read_text())
-    with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 9
+    target, expected = fixture_at(tmp_path, 9)
     db = SqliteDb(db_file=target)
     try:
         with sqlite3.connect(target) as conn:
@@ -360,11 +357,7 @@ def test_a_schema_10_database_migrates_and_reads_the_same(tmp_path: Path) -> Non
     last number and time; a schema-10 database (rows stamped by every commit) upgrades,
     reads back what it did, answers every id it stored as landed, and numbers new events
     on from where each session was."""
-    target = tmp_path / "v10.db"
-    shutil.copy(DATA / "schema_v10.db", target)
-    expected = json.loads((DATA / "schema_v10.json").read_text())
-    with sqlite3.connect(target) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 10
+    target, expected = fixture_at(tmp_path, 10)
     db = SqliteDb(db_file=target)
     try:
         with sqlite3.connect(target) as conn:

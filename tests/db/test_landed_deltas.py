@@ -4,13 +4,16 @@ another process landed is still read. Real SQLite files, real threads."""
 
 from __future__ import annotations
 
+import secrets
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from statewise.db import SqliteDb
+from statewise.db.base import BaseDb
 from statewise.db.planning import SessionSpec
 from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
 from statewise.db.state_codec import StateCodec
@@ -226,15 +229,39 @@ def test_a_large_delta_is_read_back_not_kept(tmp_path: Path) -> None:
         assert counting.rows == (0 if name == "small" else 1), name
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def two_processes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """Two database objects on one storage (two processes, as far as each one knows)."""
+    here: BaseDb
+    there: BaseDb
+    if request.param == "sqlite":
+        path = str(tmp_path / "two.db")
+        here, there = SqliteDb(db_file=path), SqliteDb(db_file=path)
+    else:
+        from statewise.db.postgres import PostgresDb
+
+        url = request.getfixturevalue("pg_url")
+        schema = f"sw_test_{secrets.token_hex(4)}"
+        here, there = PostgresDb(url, schema=schema), PostgresDb(url, schema=schema)
+    try:
+        yield here, there
+    finally:
+        here.close()
+        there.close()
+        if request.param == "postgres":
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def test_a_session_deleted_and_made_anew_is_not_caught_up_with_its_old_deltas(
-    tmp_path: Path,
+    two_processes: tuple[Any, Any],
 ) -> None:
     """Versions start from 1 again when a deleted session's id is used anew: what this
     process kept of the old one must not stand in for the new one's deltas (here landed
     by another process, which this one would not read back if it trusted them)."""
-    path = str(tmp_path / "anew.db")
-    here = StateStore(SqliteDb(db_file=path))
-    there = StateStore(SqliteDb(db_file=path))
+    here, there = (StateStore(db) for db in two_processes)
     here._contended.add(SPEC.session_id)
 
     for i in range(4):

@@ -285,20 +285,12 @@ class StoreCheckout:
                 self._landed.mark_shared(session_id, False)
         else:
             # What this process landed is likely all there is: a plain probe (a cheaper
-            # statement) tells, and what another process landed since is read after it.
-            record, versions = self.db.probe(session_id, list(bases))
-            read = {
-                key: self.db.read_deltas(
-                    key,
-                    after_version=after,
-                    upto_version=versions[key]
-                    if limit is None
-                    else min(versions[key], after + limit),
-                )
-                for key, after in reads_from.items()
-                if versions[key] > after
-            }
-            if read:
+            # statement) tells, and what another process landed since is read after it
+            # (the unfused `probe_tails` every backend inherits).
+            record, versions, read = BaseDb.probe_tails(
+                self.db, session_id, reads_from, limit=limit
+            )
+            if any(read.values()):
                 self._landed.mark_shared(session_id, True)
         if record is not None and any(
             d.created_at < record.created_at for kept in known.values() for d in kept

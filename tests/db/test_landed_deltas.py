@@ -18,6 +18,7 @@ from statewise.db.planning import SessionSpec
 from statewise.db.records import DeltaRecord, DeltaSegment, ScopeKey
 from statewise.db.state_codec import StateCodec
 from statewise.db.store import StateStore
+from statewise.db.testing.store_cases import run_threads
 from statewise.state import ops as ops_module
 
 SPEC = SessionSpec(session_id="hot", user_id="u1", app_name="app1")
@@ -62,29 +63,19 @@ def _append(store: StateStore, item: str) -> None:
 
 
 def _hot_writers(store: StateStore) -> None:
-    errors: list[BaseException] = []
     start = threading.Barrier(WRITERS)
 
     def write() -> None:
         start.wait()
-        try:
-            for _ in range(EACH):
-                txn = store.begin(SPEC)
-                try:
-                    txn.state.increment("n")
-                    txn.commit(source="writer")
-                finally:
-                    txn.close()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for _ in range(EACH):
+            txn = store.begin(SPEC)
+            try:
+                txn.state.increment("n")
+                txn.commit(source="writer")
+            finally:
+                txn.close()
 
-    threads = [threading.Thread(target=write) for _ in range(WRITERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads([write] * WRITERS)
 
 
 def test_hot_writers_of_one_process_read_back_few_of_each_others_deltas(tmp_path: Path) -> None:

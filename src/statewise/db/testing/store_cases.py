@@ -51,7 +51,8 @@ def stored_state(db: BaseDb, session_id: str) -> dict[str, Any]:
     return db.load_scopes([key])[key].data
 
 
-def _threads(targets: list[Callable[[], None]]) -> None:
+def run_threads(targets: list[Callable[[], None]]) -> None:
+    """Run each target in a thread of its own; the first error any raised, raised here."""
     errors: list[BaseException] = []
 
     def run(fn: Callable[[], None]) -> None:
@@ -75,7 +76,7 @@ def store_concurrent_appends_keep_every_item(h: Harness) -> None:
     handles = [h.db, h.db, h.reopen(), h.reopen()]
     per_thread = 12
     expected = ["first"] + [f"{n}-{i}" for n in range(len(handles)) for i in range(per_thread)]
-    _threads(
+    run_threads(
         [
             functools.partial(append_items, db, "shared", [f"{n}-{i}" for i in range(per_thread)])
             for n, db in enumerate(handles)
@@ -92,7 +93,7 @@ def store_concurrent_appends_keep_every_item(h: Harness) -> None:
 def store_concurrent_sum_counters_reach_exact_total(h: Harness) -> None:
     add_to_counter(h.db, "counter", 1)
     handles = [h.db, h.reopen()]
-    _threads([functools.partial(add_to_counter, db, "counter", 25) for db in handles])
+    run_threads([functools.partial(add_to_counter, db, "counter", 25) for db in handles])
     assert stored_state(h.db, "counter")["n"] == 51
 
 

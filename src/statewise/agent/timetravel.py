@@ -236,6 +236,7 @@ class TimeTravel:
                 dataclasses.replace(run, session_id=new_id)
                 for run in self._runs_up_to(sid, key, version)
             ]
+            assert attempt.commit is not None  # (prepare builds it)
             records = _fork_records(attempt.commit, runs, time.time())
             if records is None:  # (it writes a shared scope too: a commit per run, as ever)
                 txn.land(attempt)

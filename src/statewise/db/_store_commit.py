@@ -7,7 +7,7 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statewise._workers import runs_inline
@@ -136,7 +136,7 @@ class StoreCommits(StoreCheckout):
     ) -> Committed:
         """The common case (the write lands at the first try) is recorded on the loop; a
         lost race and an already-landed commit read, so they leave it."""
-        if self._queues_at_once(ws, attempt):
+        if attempt.commit is None:  # (it queues at once)
             return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
         try:
             result = await self.db.acommit(attempt.commit)
@@ -174,8 +174,25 @@ class StoreCommits(StoreCheckout):
             self._register_secrets(ws)
         undo = recorder.undoer()
         segments = ws.take_segments(source)
-        commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
-        return CommitAttempt(commit_id, segments, undo, events, commit, changes)
+        attempt = CommitAttempt(commit_id, segments, undo, events, run, run_id, step)
+        if not self._queues_at_once(ws, segments):
+            self.build_attempt(ws, attempt)
+        return attempt
+
+    def build_attempt(self, ws: WorkingState, attempt: CommitAttempt) -> Commit:
+        """The commit of `attempt` as first tried (its tree not rebased since)."""
+        if attempt.commit is None:
+            attempt.commit, attempt.changes = self._build_commit(
+                ws,
+                attempt.segments,
+                (),
+                attempt.commit_id,
+                attempt.events,
+                attempt.run,
+                attempt.run_id,
+                attempt.step,
+            )
+        return attempt.commit
 
     def _land(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
@@ -210,7 +227,7 @@ class StoreCommits(StoreCheckout):
     def _land_once(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
-        if self._queues_at_once(ws, attempt):
+        if attempt.commit is None:  # (it queues at once)
             return self._after_lost_race(ws, attempt, policy)
         try:
             result = self.db.commit(attempt.commit)
@@ -219,16 +236,21 @@ class StoreCommits(StoreCheckout):
             return self._after_lost_race(ws, attempt, policy)
         return self._record_landed(ws, attempt, result)
 
-    def _queues_at_once(self, ws: WorkingState, attempt: CommitAttempt) -> bool:
-        """Whether `attempt` skips its first try and queues for the session's lock: it
-        writes state to a session whose last such commit lost a race. The first try
+    def _queues_at_once(
+        self, ws: WorkingState, segments: Sequence[tuple[str, Sequence[Op]]]
+    ) -> bool:
+        """Whether a commit of `segments` skips its first try and queues for the session's
+        lock (it is then built only rebased, never as first tried): it writes state to a
+        session whose last such commit lost a race. The first try
         would mostly lose again (every writer of a busy session holds the version it read
         when its run began), and a lost try costs a round trip and a turn in the lock's
         queue: 16 processes on one PostgreSQL session ran 186-190 runs/s trying first,
         218-219 queuing at once (same machine, alternating). The writers of this process
         take turns there and land together (`db._group`), on every backend. Commits without writes
         cannot lose and always go straight to `commit`."""
-        return bool(attempt.commit.writes) and ws.spec.session_id in self._contended
+        return ws.spec.session_id in self._contended and any(
+            scope_of(str(op.path[0]))[0] != "temp" for _source, ops in segments for op in ops
+        )
 
     def _note_lost_race(self, ws: WorkingState) -> None:
         if len(self._contended) >= CONTENDED_KEPT:
@@ -241,14 +263,13 @@ class StoreCommits(StoreCheckout):
         pending = PendingCommit(
             segments=attempt.segments, commit_id=attempt.commit_id, undo=attempt.undo
         )
-        first = attempt.commit  # (the run and step it names stay the same when rebased)
         commit, changes, result = self._commit_rebased(
             ws,
             pending,
             attempt.events,
-            first.run,
-            first.run_id,
-            first.step,
+            attempt.run,
+            attempt.run_id,
+            attempt.step,
             policy or CommitPolicy(),
         )
         rebased = replace(attempt, commit=commit, changes=changes)
@@ -263,6 +284,7 @@ class StoreCommits(StoreCheckout):
     ) -> Committed:
         """Bring the working state up to the commit that landed; what it wrote."""
         commit = attempt.commit
+        assert commit is not None  # (landed, so built)
         writes = commit.writes
         if result.already_landed:
             # An earlier attempt of this very commit landed (its reply was lost): nothing
@@ -632,8 +654,12 @@ class CommitAttempt:
     segments: list[tuple[str, list[Op]]]
     undo: Callable[[], None]
     events: Sequence[NewEvent]  # the caller's (the commit adds its state deltas to them)
-    commit: Commit
-    changes: list[dict[str, Any]]
+    run: RunRecord | None
+    run_id: str | None
+    step: int | None
+    # As first tried; None for one that queues at once (built only rebased).
+    commit: Commit | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)

@@ -203,7 +203,9 @@ class Transaction(TransactionCore):
         """The commit of what changed, built but not written (no I/O): for a writer that
         stores it another way (a fork imports it with the runs it copies, in one
         database transaction), or hands it back to `land`."""
-        return self._attempt(events, None, None, None, source, None)
+        attempt = self._attempt(events, None, None, None, source, None)
+        self.store.build_attempt(self.working, attempt)
+        return attempt
 
     def land(self, attempt: CommitAttempt) -> Committed:
         """Write a commit `prepare` built, as `commit` would have."""

@@ -4,6 +4,8 @@ import pytest
 
 from statewise.exceptions import StateOpError
 from statewise.state.ops import MISSING, Op, apply_op, apply_ops
+from statewise.state.recorder import Recorder
+from statewise.state.tracked import track
 
 
 def run(doc: dict[str, Any], *ops: Op) -> dict[str, Any]:
@@ -116,6 +118,28 @@ def test_increment() -> None:
         run({"n": True}, Op(op="increment", path=("n",), value=1))
     with pytest.raises(StateOpError, match="by a str"):
         run({"n": 1}, Op(op="increment", path=("n",), value="1"))
+
+
+def test_an_increment_applied_to_a_tracked_tree_is_recorded_as_an_increment() -> None:
+    """Replayed onto a live state (a workflow's parallel branches merged), an increment
+    must stay an increment, not become a `set` of the sum: only then does it keep merging
+    with what other writers add meanwhile."""
+    recorder = Recorder()
+    root = track({"stats": {"n": 1}}, recorder)
+    apply_ops(
+        root,
+        [
+            Op(op="increment", path=("stats", "n"), value=2),
+            Op(op="increment", path=("m",), value=1),
+        ],
+    )
+    assert root == {"stats": {"n": 3}, "m": 1}
+    assert [(op.op, op.path, op.value) for op in recorder.ops] == [
+        ("increment", ("stats", "n"), 2),
+        ("increment", ("m",), 1),
+    ]
+    with pytest.raises(StateOpError, match="not a number"):
+        apply_op(track({"n": "x"}, Recorder()), Op(op="increment", path=("n",), value=1))
 
 
 def test_apply_op_never_aliases_values() -> None:

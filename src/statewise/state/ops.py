@@ -249,6 +249,12 @@ def _increment(doc: dict[str, Any], op: Op) -> None:
         raise StateOpError(f"cannot increment {format_path(path)} by {_kind(op.value)}")
     parent = _walk(doc, path, "increment", create=True)
     key = path[-1]
+    increment = getattr(parent, "increment", None)
+    if increment is not None and isinstance(key, str):
+        # A tracked dict: recorded as an increment (it keeps merging with other writers)
+        # and with its own checks, no generic conversion of the sum.
+        increment(key, op.value)
+        return
     try:
         current = _child(parent, key)
     except StateOpError:

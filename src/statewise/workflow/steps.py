@@ -24,7 +24,7 @@ from statewise.run.loop import StepsResult
 from statewise.state.merge import rebase
 from statewise.state.ops import Op, apply_op
 from statewise.state.secrets import redact_conflict_error
-from statewise.state.tracked import TrackedDict, to_plain
+from statewise.state.tracked import to_plain
 from statewise.team import Team
 from statewise.tools._introspect import callable_name
 from statewise.workflow._engine import Executor, StepLike, observed_step
@@ -444,7 +444,7 @@ class Parallel:
                 # Its text goes wherever errors go (responses, run records, logs, spans).
                 raise redact_conflict_error(exc, secrets) from None
             for op in result.ops:
-                _replay(root, op)
+                apply_op(root, op)  # (an increment stays an increment: it keeps merging)
             ex.writer.working.mark(f"parallel:{self.name}/{step.name}")
             applied.extend(result.ops)
             ex.writer.held.extend(branch.writer.held)
@@ -458,20 +458,3 @@ class Parallel:
                 ex.writer.held.append(
                     NewEvent(type="conflict_resolved", run_id=ex.writer.run_id, data=data)
                 )
-
-
-def _replay(root: TrackedDict, op: Op) -> None:
-    """Apply a merged op to the live state so it is recorded as the same kind of op
-    (an increment stays an increment and keeps merging with other writers)."""
-    if op.op == "increment":
-        parent: Any = root
-        for key in op.path[:-1]:
-            child = parent.get(key) if isinstance(parent, dict) else parent[key]
-            if child is None and isinstance(parent, dict):
-                parent[key] = {}
-                child = parent[key]
-            parent = child
-        if isinstance(parent, TrackedDict) and isinstance(op.path[-1], str):
-            parent.increment(op.path[-1], op.value)
-            return
-    apply_op(root, op)

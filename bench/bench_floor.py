@@ -10,7 +10,7 @@ table of ratios, every side measured in the same invocation.
   ("spread"), 1, 4 and 16 of them, on SQLite and PostgreSQL. commits/s, and lost updates:
   the counters must add up to the increments made. Cells alternate in rounds; each shows
   its median. On PostgreSQL the session rows' HOT updates are counted
-  (`pg_stat_user_tables`); the bench schema has no index on the session's `updated_at`.
+  (`pg_stat_user_tables`).
 * fleet: one-tool agent runs queued on a DBOS queue and run by 1 and 2 `statewise worker`
   processes, next to a bare DBOS workflow with the same number of DBOS steps (trivial
   ones) on 1 and 2 worker processes of the same DBOS, and next to in-process runs. runs/s,
@@ -120,13 +120,7 @@ def _writers(agent: Any, sessions: list[str], duration: float) -> tuple[int, lis
 def _pg_db(url: str, schema: str) -> Any:
     from statewise.db.postgres import PostgresDb
 
-    db = PostgresDb(url, schema=schema, pool_size=max(WRITERS) + 2)
-    # Listing indexes on the session's update time go (listing uses a key of its own):
-    # a commit then changes no indexed column of the session row, and can update it HOT.
-    with db._pool.connection() as conn:  # the bench's own schema
-        conn.execute(f'DROP INDEX IF EXISTS "{schema}".sessions_by_user')
-        conn.execute(f'DROP INDEX IF EXISTS "{schema}".sessions_by_time')
-    return db
+    return PostgresDb(url, schema=schema, pool_size=max(WRITERS) + 2)
 
 
 def _hot_updates(url: str, schema: str) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from statewise.db import SqliteDb
@@ -78,8 +78,10 @@ def test_a_session_is_listed_and_pruned_by_its_last_commit(tmp_path: Path) -> No
         listed = db.list_sessions()
         assert [s.session_id for s in listed] == ["a", "b"]
         assert listed[0].updated_at == landed
-        # b, not a: a's last commit is not older than the cutoff
-        assert db.prune_sessions(older_than=datetime.fromtimestamp(landed, UTC)) == 1
+        # b, not a: a's last commit is not older than the cutoff (a datetime rounds to
+        # the microsecond, up as often as down: one microsecond less stays below `landed`)
+        cutoff = datetime.fromtimestamp(landed, UTC) - timedelta(microseconds=1)
+        assert db.prune_sessions(older_than=cutoff) == 1
         assert [s.session_id for s in db.list_sessions()] == ["a"]
 
 

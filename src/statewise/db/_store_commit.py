@@ -136,8 +136,8 @@ class StoreCommits(StoreCheckout):
     ) -> Committed:
         """The common case (the write lands at the first try) is recorded on the loop; a
         lost race and an already-landed commit read, so they leave it."""
-        if self._queues_at_once(ws, attempt):
-            return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
+        if self._queues_at_once(ws, attempt) or ws.assumed_new is not None:
+            return await self.db.run_io(self._land_once, ws, attempt, policy)
         try:
             result = await self.db.acommit(attempt.commit)
         except VersionConflict:
@@ -175,7 +175,7 @@ class StoreCommits(StoreCheckout):
         undo = recorder.undoer()
         segments = ws.take_segments(source)
         commit, changes = self._build_commit(ws, segments, (), commit_id, events, run, run_id, step)
-        return CommitAttempt(commit_id, segments, undo, events, commit, changes)
+        return CommitAttempt(commit_id, segments, undo, events, commit, changes, source)
 
     def _land(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
@@ -210,6 +210,8 @@ class StoreCommits(StoreCheckout):
     def _land_once(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
+        if ws.assumed_new is not None:
+            return self._land_new(ws, attempt, policy)
         if self._queues_at_once(ws, attempt):
             return self._after_lost_race(ws, attempt, policy)
         try:
@@ -218,6 +220,35 @@ class StoreCommits(StoreCheckout):
             self._note_lost_race(ws)
             return self._after_lost_race(ws, attempt, policy)
         return self._record_landed(ws, attempt, result)
+
+    def _land_new(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
+    ) -> Committed:
+        """The first commit of a state assumed new (`_assume_new`): it lands if the session
+        does not exist and none of its scopes was written, which the database tells with
+        the same round trip; else the state is settled on what is stored, and this commit
+        built again on it (its events, run record and id) and landed as any other."""
+        try:
+            record, versions, result = self.db.commit_new(attempt.commit, ws.spec.scope_keys())
+        except VersionConflict:  # (made between the probe and the commit)
+            probed = None
+        else:
+            if result is not None:
+                ws.assumed_new = None
+                return self._record_landed(ws, attempt, result)
+            probed = record, versions
+        self._settle(ws, probed)
+        first = attempt.commit
+        again = self._first_attempt(
+            ws,
+            attempt.events,
+            first.run,
+            first.run_id,
+            first.step,
+            attempt.source,
+            attempt.commit_id or None,
+        )
+        return self._land_once(ws, again, policy)
 
     def _queues_at_once(self, ws: WorkingState, attempt: CommitAttempt) -> bool:
         """Whether `attempt` skips its first try and queues for the session's lock: it
@@ -634,6 +665,7 @@ class CommitAttempt:
     events: Sequence[NewEvent]  # the caller's (the commit adds its state deltas to them)
     commit: Commit
     changes: list[dict[str, Any]]
+    source: str = "unattributed"  # (what ops after the last mark are attributed to)
 
 
 @dataclass(kw_only=True)

@@ -139,6 +139,32 @@ def run_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def run_commit_new(
+    db: PgCommitTarget, commit: Commit, probe_params: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], CommitResult | None]:
+    """`BaseDb.commit_new` in one statement (`commit_new_call`): the probe's row, and the
+    commit's result (None: not called). Sent again, as `run_commit` sends a commit, when
+    its connection dies under it; only a commit with an id comes here, so a copy that
+    landed is seen by the probe (the session exists) and later answered by its id."""
+    now = time.time()
+    _sql, params = commit_params(db._s, commit, now)
+    sql, params = Q.commit_new_call(db._s), (*params, *probe_params)
+    attempts = commit_attempts(db, commit)
+    for attempt in range(1, attempts + 1):
+        with db._connection() as conn:
+            try:
+                row = conn.execute(sql, params).fetchone()
+            except psycopg.Error as exc:
+                failure = commit_failure(db, commit, exc, conn, attempt == attempts)
+                if failure is not None:
+                    raise failure from exc
+                continue
+        assert row is not None
+        reply = row[9]
+        return row, None if reply is None else reply_result(commit, str(reply), now)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def arun_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
     """`run_commit` through the event loop's own connections (`_pg_async`), for a commit
     with an id (which makes sending it again safe)."""

@@ -302,6 +302,18 @@ def probe_query(s: str) -> str:
     """
 
 
+def commit_new_call(s: str) -> str:
+    """`probe_query`, then `statewise_commit` only where it found no session and every
+    scope at version 0 (`BaseDb.commit_new`): one statement, one round trip. Its row is
+    the probe's, then the commit's reply (NULL: not called). The commit's parameters come
+    first (the call comes first in the text), then the probe's."""
+    call = commit_call(s).removeprefix("SELECT ")
+    return (
+        f"SELECT p.*, CASE WHEN p.session_id IS NULL AND 0 = ALL(p.versions) THEN {call} END "
+        f"FROM ({probe_query(s)}) AS p"
+    )
+
+
 def probe_tails_query(s: str) -> str:
     """`probe_query`, plus the deltas of each scope after a given version (and up to a
     given one) as one JSON array of [ordinal, version, session_id, run_id, step,

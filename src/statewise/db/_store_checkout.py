@@ -6,7 +6,7 @@ session cache, catching a cached tree up, and reading state at a version (time t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -170,9 +170,25 @@ class StoreCheckout:
                 self._catch_up(ws, stale, versions, tails)
             expire_keys(ws)
             return ws
-        # A scope at version 0 was never written: there is nothing to read (a new
-        # session's first run makes one round trip fewer). One written meanwhile makes
-        # the first commit's compare-and-swap fail and rebase, as any race does.
+        data, sizes = self._stored(spec, record, versions)
+        root = track(data, recorder)
+        ws = WorkingState(
+            spec=spec, record=record, versions=versions, root=root, recorder=recorder, sizes=sizes
+        )
+        ws.clean = recorder.savepoint()
+        expire_keys(ws)
+        return ws
+
+    def _stored(
+        self, spec: SessionSpec, record: SessionRecord | None, versions: dict[ScopeKey, int]
+    ) -> tuple[dict[str, Any], dict[ScopeKey, ScopeSizes]]:
+        """The stored state of `spec`'s scopes at the probed `versions` (updated to the
+        versions loaded), decoded, and their sizes.
+
+        A scope at version 0 was never written: there is nothing to read (a new session's
+        first run makes one round trip fewer). One written meanwhile makes the first
+        commit's compare-and-swap fail and rebase, as any race does."""
+        keys = spec.scope_keys()
         written = [key for key in keys if versions[key]]
         loaded = self.db.load_scopes(written) if written else {}
         data: dict[str, Any] = {}
@@ -185,13 +201,65 @@ class StoreCheckout:
                 snapshot_bytes=scope.snapshot_bytes, tail_bytes=scope.tail_bytes
             )
         self._check_schema_on_load(spec, data, new=record is None)
-        root = track(data, recorder)
+        return data, sizes
+
+    def _assume_new(
+        self, spec: SessionSpec, initialize: Callable[[WorkingState], None]
+    ) -> WorkingState | None:
+        """A state for a session this process holds nothing of, assumed not to exist
+        (nothing read), with `initialize` applied: its first commit lands only if that
+        holds (`BaseDb.commit_new`, which reads what is stored in the same round trip),
+        and otherwise checks the session out for real and applies `initialize` again
+        (`_settle`). None where a session is better read first: one this process holds
+        or read lately, one its writers race on, or a store with a schema (a new
+        session's first commit is validated whole, against what is stored)."""
+        sid = spec.session_id
+        if self.schema is not None or sid in self._contended or self.cache.spec_of(sid):
+            return None
+        validate_id(sid, "session_id")
+        if spec.user_id is not None:
+            validate_id(spec.user_id, "user_id")
+        recorder = Recorder()
         ws = WorkingState(
-            spec=spec, record=record, versions=versions, root=root, recorder=recorder, sizes=sizes
+            spec=spec,
+            record=None,
+            versions=dict.fromkeys(spec.scope_keys(), 0),
+            root=track({}, recorder),
+            recorder=recorder,
+            assumed_new=initialize,
         )
-        ws.clean = recorder.savepoint()
-        expire_keys(ws)
+        initialize(ws)
         return ws
+
+    def _settle(
+        self,
+        ws: WorkingState,
+        probed: tuple[SessionRecord | None, dict[ScopeKey, int]] | None = None,
+    ) -> None:
+        """A state assumed new turns out to be stored (or a shared scope of it written):
+        the state read (`probed`: what the first commit's probe found; None: probe now)
+        replaces it in place, uncommitted changes dropped, and its `initialize` is
+        applied again. The run holding it sees the same tree, now what is stored."""
+        initialize = ws.assumed_new
+        if initialize is None:
+            return
+        if probed is None or (
+            probed[0] is not None
+            and owned_spec(ws.spec, probed[0]).scope_keys() != ws.spec.scope_keys()
+        ):
+            spec, record, versions = self._probe_owned(ws.spec)
+        else:
+            record, versions = probed
+            spec = ws.spec if record is None else owned_spec(ws.spec, record)
+        data, sizes = self._stored(spec, record, versions)
+        recorder = Recorder()
+        ws.root.set_recorder(recorder)
+        ws.root.replace_contents(data)
+        ws.recorder, ws.marks, ws.clean = recorder, [], recorder.savepoint()
+        ws.spec, ws.record, ws.versions, ws.sizes = spec, record, versions, sizes
+        ws.assumed_new = None
+        expire_keys(ws)
+        initialize(ws)
 
     def _check_schema_on_load(
         self, spec: SessionSpec, data: Mapping[str, Any], *, new: bool = False

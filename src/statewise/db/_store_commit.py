@@ -136,8 +136,9 @@ class StoreCommits(StoreCheckout):
     ) -> Committed:
         """The common case (the write lands at the first try) is recorded on the loop; a
         lost race and an already-landed commit read, so they leave it."""
-        if attempt.commit is None:  # (it queues at once)
-            return await self.db.run_io(self._after_lost_race, ws, attempt, policy)
+        if attempt.commit is None or ws.assumed_new is not None:
+            # (it queues at once, or lands only if the session is new: both may read)
+            return await self.db.run_io(self._land_once, ws, attempt, policy)
         try:
             result = await self.db.acommit(attempt.commit)
         except VersionConflict:
@@ -174,7 +175,7 @@ class StoreCommits(StoreCheckout):
             self._register_secrets(ws)
         undo = recorder.undoer()
         segments = ws.take_segments(source)
-        attempt = CommitAttempt(commit_id, segments, undo, events, run, run_id, step)
+        attempt = CommitAttempt(commit_id, segments, undo, events, run, run_id, step, source)
         if not self._queues_at_once(ws, segments):
             self.build_attempt(ws, attempt)
         return attempt
@@ -227,6 +228,8 @@ class StoreCommits(StoreCheckout):
     def _land_once(
         self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
     ) -> Committed:
+        if ws.assumed_new is not None:
+            return self._land_new(ws, attempt, policy)
         if attempt.commit is None:  # (it queues at once)
             return self._after_lost_race(ws, attempt, policy)
         try:
@@ -235,6 +238,36 @@ class StoreCommits(StoreCheckout):
             self._note_lost_race(ws)
             return self._after_lost_race(ws, attempt, policy)
         return self._record_landed(ws, attempt, result)
+
+    def _land_new(
+        self, ws: WorkingState, attempt: CommitAttempt, policy: CommitPolicy | None
+    ) -> Committed:
+        """The first commit of a state assumed new (`_assume_new`): it lands if the session
+        does not exist and none of its scopes was written, which the database tells with
+        the same round trip; else the state is settled on what is stored, and this commit
+        built again on it (its events, run record and id) and landed as any other."""
+        try:
+            record, versions, result = self.db.commit_new(
+                self.build_attempt(ws, attempt), ws.spec.scope_keys()
+            )
+        except VersionConflict:  # (made between the probe and the commit)
+            probed = None
+        else:
+            if result is not None:
+                ws.assumed_new = None
+                return self._record_landed(ws, attempt, result)
+            probed = record, versions
+        self._settle(ws, probed)
+        again = self._first_attempt(
+            ws,
+            attempt.events,
+            attempt.run,
+            attempt.run_id,
+            attempt.step,
+            attempt.source,
+            attempt.commit_id or None,
+        )
+        return self._land_once(ws, again, policy)
 
     def _queues_at_once(
         self, ws: WorkingState, segments: Sequence[tuple[str, Sequence[Op]]]
@@ -657,6 +690,7 @@ class CommitAttempt:
     run: RunRecord | None
     run_id: str | None
     step: int | None
+    source: str  # (what ops after the last mark are attributed to)
     # As first tried; None for one that queues at once (built only rebased).
     commit: Commit | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)

@@ -37,6 +37,10 @@ ProbedTails = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, li
 """What `probe_tails` reads: the session row, each scope's version, and the deltas each
 scope got after a given base."""
 
+ProbedNew = tuple[SessionRecord | None, dict[ScopeKey, int], CommitResult | None]
+"""What `commit_new` answers: the session row and each scope's version as probed, and the
+commit's result (None: not sent)."""
+
 ScopesRead = tuple[SessionRecord | None, dict[ScopeKey, int], dict[ScopeKey, ScopeState]]
 """What `read_scopes` reads: the session row, each scope's version, and the state of each
 scope that is not at the version the reader holds."""
@@ -306,6 +310,21 @@ class BaseDb(ABC):
             if versions[key] != after
         }
         return record, versions, tails
+
+    def commit_new(self, commit: Commit, keys: Sequence[ScopeKey]) -> ProbedNew:
+        """`commit` (which creates its session) only if the session does not exist and no
+        scope of `keys` was ever written; and either way what `probe` finds of them (the
+        session, the versions), as it was before the commit. None for the commit's result
+        when it was not sent. VersionConflict when the session was made between the probe
+        and the commit.
+
+        What a writer that did not read the session needs (a run that assumed it new, see
+        `StateStore.begin`): the commit lands only where what it assumed holds. Written
+        once here as two calls; a backend overrides it with one round trip."""
+        record, versions = self.probe(commit.session.session_id, keys)
+        if record is not None or any(versions.values()):
+            return record, versions, None
+        return record, versions, self.commit(commit)
 
     def read_scopes(
         self, session_id: str, keys: Sequence[ScopeKey], held: Mapping[ScopeKey, int]

@@ -49,7 +49,7 @@ from statewise.db import _pg_sql as Q
 from statewise.db._pg_admin import claim_in, delete_in, prune_in, release_in
 from statewise.db._pg_arrays import ADAPTERS, BigintArray, TextArray
 from statewise.db._pg_async import LoopConnections
-from statewise.db._pg_commit import arun_commit, import_in, run_commit
+from statewise.db._pg_commit import arun_commit, import_in, run_commit, run_commit_new
 from statewise.db._pg_group import KnownLanded, run_group
 from statewise.db._pg_rows import is_dead as _is_dead
 from statewise.db._pg_rows import reason as _reason
@@ -57,6 +57,7 @@ from statewise.db._sql_reads import SqlReads, session_from_row
 from statewise.db.base import (
     BaseDb,
     GroupEntry,
+    ProbedNew,
     ProbedTails,
     ScopesRead,
     to_timestamp_cutoff,
@@ -471,6 +472,16 @@ class PostgresDb(SqlReads, BaseDb):
 
     def commit(self, commit: Commit) -> CommitResult:
         return run_commit(self, commit)
+
+    def commit_new(self, commit: Commit, keys: Sequence[ScopeKey]) -> ProbedNew:
+        """One statement (`_pg_sql.commit_new_call`) for a commit with an id (which makes
+        sending it again safe); two calls, as every backend, for one without."""
+        if not commit.commit_id:
+            return super().commit_new(commit, keys)
+        if self._closed:
+            raise StorageError(f"{self!r} is closed")
+        row, result = run_commit_new(self, commit, (commit.session.session_id, *_key_arrays(keys)))
+        return (*_probed(row, keys), result)
 
     async def acommit(self, commit: Commit) -> CommitResult:
         """The same call through the event loop's own connections (see `_pg_async`): a

@@ -26,7 +26,7 @@ encoded for storage and decoded from it), `cache` (checked-in trees) and `workin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from statewise.db._store_checkout import CATCH_UP_DELTAS as CATCH_UP_DELTAS
@@ -91,6 +91,7 @@ class StateStore(StoreCommits):
         mode: SessionMode = "open",
         expected_version: int | None = None,
         at_versions: Mapping[ScopeKey, int] | None = None,
+        initialize: Callable[[WorkingState], None] | None = None,
     ) -> Transaction:
         """Open a transaction on a session (blocking I/O); see `SessionMode`.
 
@@ -100,9 +101,18 @@ class StateStore(StoreCommits):
 
         `at_versions` opens the state as it was at those scope versions (what a frontend
         last saw): commits are based on them and rebase onto whatever landed since.
+
+        `initialize` makes the state the caller starts from (an agent run's default state
+        and input), applied here. A caller that reads nothing else of the state before its
+        first commit passes it, and the store may then skip reading a session it holds
+        nothing of: it assumes the session new, and the first commit, which reads what is
+        stored in the same round trip, lands only if that holds; else the state is
+        checked out and `initialize` applied again (see `_assume_new`), before the commit
+        is built anew. A caller whose first commit may not come (a durable run replaying
+        its start) calls `settle()` first.
         """
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        return Transaction(self, self._open(spec, policy, at_versions), policy)
+        return Transaction(self, self._open(spec, policy, at_versions, initialize), policy)
 
     async def abegin(
         self,
@@ -111,11 +121,12 @@ class StateStore(StoreCommits):
         mode: SessionMode = "open",
         expected_version: int | None = None,
         at_versions: Mapping[ScopeKey, int] | None = None,
+        initialize: Callable[[WorkingState], None] | None = None,
     ) -> AsyncTransaction:
         """`begin` for async callers: network databases are reached from a worker thread,
         so the event loop never waits on a round trip."""
         policy = CommitPolicy(mode=mode, expected_version=expected_version)
-        working = await self.db.run_io(self._open, spec, policy, at_versions)
+        working = await self.db.run_io(self._open, spec, policy, at_versions, initialize)
         return AsyncTransaction(self, working, policy)
 
     def _open(
@@ -123,7 +134,21 @@ class StateStore(StoreCommits):
         spec: SessionSpec,
         policy: CommitPolicy,
         at_versions: Mapping[ScopeKey, int] | None = None,
+        initialize: Callable[[WorkingState], None] | None = None,
     ) -> WorkingState:
+        if initialize is not None:
+            if policy.mode != "open" or policy.expected_version is not None or at_versions:
+                raise ValueError("initialize= is for a plain open (an agent run's start)")
+            assumed = self._assume_new(spec, initialize)
+            if assumed is not None:
+                return assumed
+            working = self._checkout(spec)
+            try:
+                initialize(working)
+            except BaseException:
+                self._release(working, keep=False)
+                raise
+            return working
         if at_versions is None:
             working = self._checkout(spec)
         else:

@@ -244,6 +244,13 @@ class AsyncTransaction(TransactionCore):
 
     commit.__doc__ = _COMMIT_DOC
 
+    async def settle(self) -> None:
+        """Make a state assumed new (`StateStore.abegin` with `initialize`) what is stored,
+        for a caller about to use it without committing first (a durable run whose start
+        was replayed, not run); nothing for any other state."""
+        if self.working.assumed_new is not None:
+            await self.store.db.run_io(self.store._settle, self.working)
+
     def branch(self) -> AsyncTransaction:
         """A detached copy of the current state for a parallel line of execution: its
         changes are recorded but never committed or cached by the branch itself (the

@@ -4,7 +4,7 @@ it is based on, and the op log of what changed since the last commit."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,9 @@ class WorkingState:
     sizes: dict[ScopeKey, ScopeSizes] = field(default_factory=dict)
     marks: list[tuple[str, int]] = field(default_factory=list)
     clean: int = 0  # the recorder savepoint of the last commit (or checkout)
+    # A state assumed new, nothing read (`StateStore.begin` with `initialize`): what
+    # `initialize` made of it until its first commit finds out (None: what is stored).
+    assumed_new: Callable[[WorkingState], None] | None = None
 
     @property
     def is_new(self) -> bool:

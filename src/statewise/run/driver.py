@@ -120,6 +120,14 @@ async def drive_run(
         session_id=spec.session_id, run_id=run_id, agent_name=rt.name, input=request.input
     )
     metrics = RunMetrics()  # nested runs (team members) count in this run
+
+    def initialize(working: WorkingState) -> None:
+        initialize_state(working, request.defaults, request.session_state, request.overwrite)
+
+    # Unless a `before_agent` callback reads the state before the run-start commit,
+    # nothing but `initialize` does: the store then need not read a session it holds
+    # nothing of before that commit (see `StateStore.abegin`).
+    starts_blind = not rt.callbacks.before_agent
     async with agent_lifecycle(
         rt,
         store,
@@ -129,10 +137,12 @@ async def drive_run(
         share_writer=points is not None,  # team members commit under the run's commit ids
         metrics=metrics,
         run_timeout=request.run_timeout,
+        initialize=initialize if starts_blind else None,
     ) as life:
         ctx, writer, working = life.ctx, life.writer, life.txn.working
         emit = masking(emit, ctx.secret_values)  # secret values never leave in an event
-        initialize_state(working, request.defaults, request.session_state, request.overwrite)
+        if not starts_blind:
+            initialize(working)
         if emit is not None:
             await emit(RunStarted(run_id=run_id, session_id=spec.session_id, agent_name=rt.name))
         available = {"callback_context": ctx, "run_context": ctx, "agent": rt.agent}
@@ -163,7 +173,10 @@ async def drive_run(
             await start()
             early = early_answer[0]
         else:
-            early = (await durable_point(points, 0, start))[0].get("early")
+            outcome, started_here = await durable_point(points, 0, start)
+            if not started_here:  # (replayed: the run-start commit landed before)
+                await life.txn.settle()
+            early = outcome.get("early")
         user_message = Message(role="user", content=request.input)
         result = StepsResult()
         ended: list[tuple[StateChanged | None, RunOutput]] = []

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
 from statewise.db.records import NewEvent, RunRecord
-from statewise.db.store import SessionMode, SessionSpec, StateStore, new_id
+from statewise.db.store import SessionMode, SessionSpec, StateStore, WorkingState, new_id
 from statewise.db.transaction import AsyncTransaction
 from statewise.run import _observe
 from statewise.run.context import RunContext
@@ -81,6 +81,9 @@ class RunLifecycle:
     step: int = 0  # the step a continuation resumes after
     metrics: RunMetrics = field(default_factory=RunMetrics)
     run_timeout: float | None = None
+    # The state the run starts from, when nothing else reads it before the run-start
+    # commit (see `StateStore.abegin`).
+    initialize: Callable[[WorkingState], None] | None = None
     # Set on entering:
     txn: AsyncTransaction = field(init=False)
     writer: RunWriter = field(init=False)
@@ -96,7 +99,9 @@ class RunLifecycle:
         seconds = self.run_timeout
         deadline = None if seconds is None else Deadline.after(seconds)
         self.deadline = deadline
-        self.txn = txn = await self.store.abegin(self.spec, mode=self.mode)
+        self.txn = txn = await self.store.abegin(
+            self.spec, mode=self.mode, initialize=self.initialize
+        )
         try:
             self._start(txn, deadline)
         except BaseException:

@@ -1,7 +1,10 @@
 """Run coroutines and async iterators from sync code, also inside a running event loop.
 
-With no loop running in this thread we reuse one loop per thread (a new loop per call
-costs more than a small run). Inside a running loop (Jupyter, an async web handler) the
+With no loop running in this thread the call takes an idle private loop (a new loop per
+call costs more than a small run) and gives it back when it ends. Idle loops are shared by
+every thread, not kept one per thread: a thread that makes one sync call and ends (a DBOS
+worker runs each queued run on such a thread) makes no loop of its own, and there are
+never more loops than sync calls that once ran at the same time. Inside a running loop (Jupyter, an async web handler) the
 coroutine runs to completion on a fresh loop in a worker thread, so sync calls never
 raise "event loop is already running" and never deadlock the caller's loop. Either way
 the coroutine sees the caller's context variables (an OpenTelemetry span, for one).
@@ -25,26 +28,36 @@ R = TypeVar("R")
 _local = threading.local()
 
 
-class _ThreadLoop:
-    """This thread's reusable event loop, closed when the thread ends (thread-local data
-    is dropped then), so worker threads leave no unclosed loops behind."""
+class _PrivateLoop:
+    """An event loop only sync calls drive, one at a time, from any thread; closed when
+    dropped (the idle ones at exit), so no unclosed loop is left behind. It is nobody's
+    current event loop (`asyncio.get_event_loop()` outside a run never returns it: another
+    thread may be driving it)."""
 
     def __init__(self) -> None:
-        self.runner = asyncio.Runner()
-        self.loop = self.runner.get_loop()
+        self.loop = asyncio.new_event_loop()
 
     def __del__(self) -> None:
-        # Close the loop itself, not the Runner: Runner.close() starts a thread to shut
-        # the default executor down, which deadlocks when this runs at interpreter exit.
-        # Between sync calls no task is pending, so there is nothing else to finish.
+        # Close the loop itself: between sync calls no task is pending, so there is
+        # nothing else to finish (and a Runner's close starts a thread to shut the default
+        # executor down, which deadlocks when this runs at interpreter exit).
         self.loop.close()
 
 
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    holder: _ThreadLoop | None = getattr(_local, "loop", None)
-    if holder is None:
-        holder = _local.loop = _ThreadLoop()
-    return holder.loop
+_idle: list[_PrivateLoop] = []  # (list.pop and list.append are atomic)
+
+
+@contextlib.contextmanager
+def _private_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An idle private loop (a new one when every loop is busy) for one sync call."""
+    try:
+        holder = _idle.pop()
+    except IndexError:
+        holder = _PrivateLoop()
+    try:
+        yield holder.loop
+    finally:
+        _idle.append(holder)
 
 
 def _in_running_loop() -> bool:
@@ -181,7 +194,8 @@ async def _stopping(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     if not _in_running_loop():
-        return _run_private(_thread_loop(), coro)  # the task copies our context
+        with _private_loop() as loop:
+            return _run_private(loop, coro)  # the task copies our context
     result: list[T] = []
     error: list[BaseException] = []
 
@@ -207,12 +221,12 @@ _DONE = object()
 def iterate_sync(agen: AsyncIterator[T]) -> Iterator[T]:
     """A sync iterator over an async one."""
     if not _in_running_loop():
-        loop = _thread_loop()
-        while True:
-            try:
-                yield _run_private(loop, agen.__anext__())  # type: ignore[arg-type]
-            except StopAsyncIteration:
-                return
+        with _private_loop() as loop:
+            while True:
+                try:
+                    yield _run_private(loop, agen.__anext__())  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    return
     items: queue.Queue[Any] = queue.Queue(maxsize=64)
 
     async def pump() -> None:

@@ -120,6 +120,31 @@ def commit_params(s: str, commit: Commit, now: float) -> tuple[str, tuple[Any, .
 def run_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
     now = time.time()
     sql, params = commit_params(db._s, commit, now)
+    sent = _send(db, commit, sql, params, now)
+    return sent if isinstance(sent, CommitResult) else _result(commit, sent, now)
+
+
+def run_commit_new(
+    db: PgCommitTarget, commit: Commit, probe_params: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], CommitResult | None]:
+    """`BaseDb.commit_new` in one statement (`commit_new_call`): the probe's row, and the
+    commit's result (None: not called). Sent again, as `run_commit` sends a commit, when
+    its connection dies under it; only a commit with an id comes here, so a copy that
+    landed is seen by the probe (the session exists) and later answered by its id."""
+    now = time.time()
+    _sql, params = commit_params(db._s, commit, now)
+    row = _send(db, commit, Q.commit_new_call(db._s), (*params, *probe_params), now)
+    assert isinstance(row, tuple)  # (a commit with an id is never looked for)
+    reply = row[9]
+    return row, None if reply is None else reply_result(commit, str(reply), now)
+
+
+def _send(
+    db: PgCommitTarget, commit: Commit, sql: str, params: tuple[Any, ...], now: float
+) -> tuple[Any, ...] | CommitResult:
+    """The row of a commit's statement, sent again when its connection dies under it
+    (`commit_failure` says when); for a commit without an id, whose copy may have landed
+    before the connection died, that copy's result where it is found instead."""
     attempts = commit_attempts(db, commit)
     for attempt in range(1, attempts + 1):
         with db._connection() as conn:
@@ -135,33 +160,8 @@ def run_commit(db: PgCommitTarget, commit: Commit) -> CommitResult:
                 if last_seq is not None:
                     return applied_result(commit, last_seq, now)
                 continue
-        return _result(commit, row, now)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def run_commit_new(
-    db: PgCommitTarget, commit: Commit, probe_params: tuple[Any, ...]
-) -> tuple[tuple[Any, ...], CommitResult | None]:
-    """`BaseDb.commit_new` in one statement (`commit_new_call`): the probe's row, and the
-    commit's result (None: not called). Sent again, as `run_commit` sends a commit, when
-    its connection dies under it; only a commit with an id comes here, so a copy that
-    landed is seen by the probe (the session exists) and later answered by its id."""
-    now = time.time()
-    _sql, params = commit_params(db._s, commit, now)
-    sql, params = Q.commit_new_call(db._s), (*params, *probe_params)
-    attempts = commit_attempts(db, commit)
-    for attempt in range(1, attempts + 1):
-        with db._connection() as conn:
-            try:
-                row = conn.execute(sql, params).fetchone()
-            except psycopg.Error as exc:
-                failure = commit_failure(db, commit, exc, conn, attempt == attempts)
-                if failure is not None:
-                    raise failure from exc
-                continue
         assert row is not None
-        reply = row[9]
-        return row, None if reply is None else reply_result(commit, str(reply), now)
+        return tuple(row)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

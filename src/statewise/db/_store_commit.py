@@ -7,11 +7,12 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from statewise._workers import runs_inline
 from statewise.db import _codec
+from statewise.db._commit_attempt import CommitAttempt, CommitPolicy, Committed
 from statewise.db._store_checkout import (
     StoreCheckout,
     bytes_of_tails,
@@ -24,7 +25,6 @@ from statewise.db.ids import new_id
 from statewise.db.planning import (
     TEMP_PREFIX,
     PendingCommit,
-    SessionMode,
     check_identity,
     is_contiguous,
     rebase_scope,
@@ -61,16 +61,6 @@ from statewise.state.tracked import TrackedDict
 
 COMMIT_RETRY_SECONDS = 30.0  # how long a commit keeps rebasing before it gives up
 CONTENDED_KEPT = 1024  # sessions remembered as contended, then all forgotten at once
-
-
-@dataclass(kw_only=True, slots=True)
-class CommitPolicy:
-    """What a commit is committing to (see `SessionMode`), and the version of the
-    session's own scope it requires (`If-Match`): with `expected_version`, a lost race on
-    that scope fails with `StaleStateVersionError` instead of rebasing."""
-
-    mode: SessionMode = "open"
-    expected_version: int | None = None
 
 
 class StoreCommits(StoreCheckout):
@@ -677,33 +667,3 @@ def _retrieve(landing: asyncio.Future[Any]) -> None:
     and asyncio would log the error as never retrieved."""
     if not landing.cancelled():
         landing.exception()
-
-
-@dataclass(slots=True)
-class CommitAttempt:
-    """A commit as built for one attempt, and what a rebase of it would need."""
-
-    commit_id: str
-    segments: list[tuple[str, list[Op]]]
-    undo: Callable[[], None]
-    events: Sequence[NewEvent]  # the caller's (the commit adds its state deltas to them)
-    run: RunRecord | None
-    run_id: str | None
-    step: int | None
-    source: str  # (what ops after the last mark are attributed to)
-    # As first tried; None for one that queues at once (built only rebased).
-    commit: Commit | None = None
-    changes: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(kw_only=True)
-class Committed:
-    """What a commit wrote: new scope versions, the ops (secrets redacted), conflicts,
-    and its commit id (`already_landed`: the id had landed before, nothing was applied again)."""
-
-    versions: dict[ScopeKey, int]
-    last_seq: int
-    changes: list[dict[str, Any]]
-    conflicts: list[dict[str, Any]]
-    commit_id: str = ""
-    already_landed: bool = False

@@ -29,13 +29,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from statewise.db._commit_attempt import CommitAttempt as CommitAttempt
+from statewise.db._commit_attempt import CommitPolicy, Committed
 from statewise.db._store_checkout import CATCH_UP_DELTAS as CATCH_UP_DELTAS
 from statewise.db._store_checkout import SNAPSHOT_MIN_BYTES as SNAPSHOT_MIN_BYTES
 from statewise.db._store_checkout import StateLoader
 from statewise.db._store_commit import COMMIT_RETRY_SECONDS as COMMIT_RETRY_SECONDS
 from statewise.db._store_commit import CONTENDED_KEPT as CONTENDED_KEPT
-from statewise.db._store_commit import CommitAttempt as CommitAttempt
-from statewise.db._store_commit import CommitPolicy, Committed, StoreCommits
+from statewise.db._store_commit import StoreCommits
 from statewise.db.base import BaseDb
 from statewise.db.ids import new_id as new_id
 from statewise.db.planning import (

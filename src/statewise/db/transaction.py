@@ -38,8 +38,9 @@ from statewise.state.tracked import Recorder, TrackedDict, to_plain, track
 if TYPE_CHECKING:
     # The store is typed as its commit layer, which never imports this module: `store`
     # builds transactions, so naming `StateStore` here would make a circle.
+    from statewise.db._commit_attempt import CommitAttempt, CommitPolicy, Committed
     from statewise.db._store_checkout import StateLoader
-    from statewise.db._store_commit import CommitAttempt, CommitPolicy, Committed, StoreCommits
+    from statewise.db._store_commit import StoreCommits
 
 
 class TransactionCore:

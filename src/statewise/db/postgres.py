@@ -478,8 +478,6 @@ class PostgresDb(SqlReads, BaseDb):
         sending it again safe); two calls, as every backend, for one without."""
         if not commit.commit_id:
             return super().commit_new(commit, keys)
-        if self._closed:
-            raise StorageError(f"{self!r} is closed")
         row, result = run_commit_new(self, commit, (commit.session.session_id, *_key_arrays(keys)))
         return (*_probed(row, keys), result)
 

@@ -15,19 +15,9 @@ from statewise import Agent
 from statewise.db.base import BaseDb, ProbedNew
 from statewise.db.records import Commit, ScopeKey
 from statewise.db.testing import Harness
-from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo, ToolCall
+from statewise.models import FunctionModel, Message, ModelResponse, RequestInfo
 from statewise.run.checkpoints import Outcome
-
-
-def model(messages: list[Message], info: RequestInfo) -> ModelResponse:
-    if messages[-1].role == "tool":
-        return ModelResponse(content="ok")
-    return ModelResponse(tool_calls=[ToolCall("add", {"item": messages[-1].content}, "c")])
-
-
-def add(session_state: dict[str, Any], item: str) -> str:
-    session_state["items"].append(item)
-    return "ok"
+from tests.db.test_agent_on_backends import add, model
 
 
 def agent_on(db: BaseDb, **options: Any) -> Agent:
